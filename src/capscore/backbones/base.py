@@ -1,0 +1,151 @@
+"""The backbone protocol: what every dual encoder offers the rest of capscore.
+
+A backbone turns *prepared* inputs into vectors in the joint image-text space;
+it never batches, caches or normalises on its own — that is the encoding
+engine's job (:mod:`capscore.embed`). Trainers call the ``forward_*`` methods
+directly, with gradients; evaluation goes through the engine.
+"""
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    from capscore.errors import param_error
+
+    if dtype not in DTYPES:
+        raise param_error("dtype", "load_backbone", f"one of {sorted(DTYPES)}", dtype)
+    return DTYPES[dtype]
+
+
+def weights_hash(module: torch.nn.Module) -> str:
+    """SHA-256 over every parameter and buffer (names, shapes, dtypes, bytes).
+
+    Part of the backbone identity, hence of every cache key: two checkpoints
+    with the same name but different weights never share cached vectors.
+    """
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}|{tuple(t.shape)}|{t.dtype}|".encode())
+        if t.dtype == torch.bfloat16:
+            t = t.view(torch.int16)
+        h.update(memoryview(t.numpy()).cast("B") if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+class Backbone(ABC):
+    """A CLIP-style dual encoder seen through one interface.
+
+    Attributes set by adapters:
+      family          adapter name ("open_clip", "openai-ckpt", "hf", "mclip", ...)
+      spec            the ``--model`` string it was loaded from
+      context_length  the text tower's maximum number of tokens (77, 248, ...)
+      embed_dim       width of the joint space
+      eot_id, pad_id  token ids used when the engine pads and truncates
+      pad_to_longest_exact
+                      True when padding a batch to its longest caption gives
+                      the same vectors as padding to ``context_length``
+                      (causal text towers pooled at the end-of-text token).
+      has_patch_tokens / has_token_features
+                      whether ``forward_images(patches=True)`` and
+                      ``forward_texts(tokens=True)`` are supported.
+    """
+
+    family: str = "?"
+    spec: str = "?"
+    context_length: int = 77
+    embed_dim: int = 0
+    eot_id: int = 0
+    pad_id: int = 0
+    pad_to_longest_exact: bool = True
+    has_patch_tokens: bool = False
+    has_token_features: bool = False
+    model: torch.nn.Module
+    device: torch.device = torch.device("cpu")
+    dtype: torch.dtype = torch.float32
+
+    _identity: str | None = None
+
+    # --- identity -----------------------------------------------------------------
+    @property
+    @abstractmethod
+    def preprocess_id(self) -> str:
+        """A string that changes whenever image preprocessing changes."""
+
+    @property
+    def identity(self) -> str:
+        """``family:spec|weights-hash|ctx|preprocess``: the cache key of every vector."""
+        if self._identity is None:
+            self._identity = (
+                f"{self.family}:{self.spec}|w={weights_hash(self.model)}|ctx={self.context_length}"
+                f"|pre={hashlib.sha1(self.preprocess_id.encode()).hexdigest()[:10]}"
+            )
+        return self._identity
+
+    def invalidate_identity(self) -> None:
+        """Call after changing weights in place (training)."""
+        self._identity = None
+
+    # --- inputs ---------------------------------------------------------------------
+    @abstractmethod
+    def preprocess(self, image: Image.Image) -> torch.Tensor:
+        """PIL image -> (C, H, W) float tensor."""
+
+    @abstractmethod
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Full token ids with start/end tokens, *not* truncated (the engine truncates)."""
+
+    def truncate(self, ids: list[int]) -> list[int]:
+        """Fit ``ids`` into the context, keeping the end-of-text token.
+
+        torchmetrics' CLIPScore cuts the end-of-text token off long captions
+        (its issue #2883) and then pools a content token; we never do.
+        """
+        if len(ids) <= self.context_length:
+            return ids
+        return ids[: self.context_length - 1] + [ids[-1]]
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        """Human-readable token strings (for explanations); adapters may override."""
+        return [str(i) for i in ids]
+
+    # --- forward passes (joint space, not normalised) ---------------------------------
+    @abstractmethod
+    def forward_images(
+        self, pixels: torch.Tensor, *, patches: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(B, C, H, W) -> global (B, D) and, if asked, patch tokens (B, N, D)."""
+
+    @abstractmethod
+    def forward_texts(
+        self, ids: torch.Tensor, lengths: torch.Tensor, *, tokens: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Padded ids (B, L) with true lengths (B,) -> global (B, D) and, if asked, tokens (B, L, D)."""
+
+    @property
+    def logit_scale(self) -> torch.Tensor:
+        scale = getattr(self.model, "logit_scale", None)
+        return scale if scale is not None else torch.tensor(np.log(100.0))
+
+    def to(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "Backbone":
+        if device is not None:
+            self.device = torch.device(device)
+        if dtype is not None:
+            self.dtype = resolve_dtype(dtype)
+        self.model.to(device=self.device, dtype=self.dtype)
+        self.invalidate_identity()  # reduced precision changes the vectors
+        return self
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.spec} ctx={self.context_length} dim={self.embed_dim}>"

@@ -1,0 +1,174 @@
+"""Adapter for open_clip models: pretrained tags, random init, custom configs.
+
+Everything that is an ``open_clip.CLIP`` (OpenAI-format checkpoints, PAC-S and
+LongCLIP weights, capscore's own scenes-tiny) ends up in :class:`OpenClipBackbone`.
+
+Text is run through the tower with the positional embedding and causal mask
+sliced to the batch length, so a batch padded to its longest caption gives the
+same vectors as one padded to the full context (CLIP's causal mask means no
+real token ever attends to a pad; pooling reads the end-of-text position).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import open_clip
+import torch
+from PIL import Image
+
+from capscore._log import warn
+from capscore.backbones.base import Backbone, resolve_dtype
+
+CONFIG_DIR = Path(__file__).parent / "configs"
+open_clip.add_model_config(CONFIG_DIR)  # capscore's own architectures (capscore-test-tiny, scenes-tiny)
+
+
+class OpenClipBackbone(Backbone):
+    family = "open_clip"
+
+    def __init__(self, model: torch.nn.Module, preprocess, tokenizer, *, spec: str, family: str | None = None):
+        self.model = model.eval()
+        self._preprocess = preprocess
+        self.tokenizer = tokenizer
+        self.spec = spec
+        if family:
+            self.family = family
+        text = getattr(model, "text", model)  # CustomTextCLIP keeps the tower in .text
+        self._text = text
+        self.context_length = int(text.positional_embedding.shape[0]) if hasattr(text, "positional_embedding") else int(
+            getattr(tokenizer, "context_length", 77)
+        )
+        inner = getattr(tokenizer, "tokenizer", tokenizer)
+        self.eot_id = int(getattr(inner, "eot_token_id", 49407))
+        self.sot_id = getattr(inner, "sot_token_id", None)
+        self.pad_id = 0
+        # Fast exact path: classic causal CLIP text tower pooled at the end-of-text token.
+        pool = getattr(text, "text_pool_type", getattr(text, "pool_type", "argmax"))
+        self._fast_text = (
+            isinstance(tokenizer, open_clip.tokenizer.SimpleTokenizer)
+            and hasattr(text, "token_embedding")
+            and getattr(text, "attn_mask", None) is not None
+            and pool in ("argmax", "eos")
+            and getattr(text, "cls_emb", None) is None
+        )
+        self.pad_to_longest_exact = self._fast_text
+        self.has_token_features = self._fast_text
+        visual = model.visual
+        self.has_patch_tokens = hasattr(visual, "output_tokens") and getattr(visual, "proj", None) is not None and getattr(
+            visual, "pool_type", "tok"
+        ) == "tok" and getattr(visual, "attn_pool", None) is None
+        with torch.no_grad():
+            self.embed_dim = int(self._project_text(torch.zeros(1, self._text_width())).shape[-1])
+        p = next(model.parameters())
+        self.device, self.dtype = p.device, p.dtype
+
+    # ------------------------------------------------------------------------------
+    def _text_width(self) -> int:
+        ln = getattr(self._text, "ln_final", None)
+        return int(ln.normalized_shape[0]) if ln is not None else int(self._text.token_embedding.weight.shape[1])
+
+    def _project_text(self, x: torch.Tensor) -> torch.Tensor:
+        proj = getattr(self._text, "text_projection", None)
+        if proj is None:
+            return x
+        if isinstance(proj, torch.nn.Linear):
+            return proj(x.to(proj.weight.dtype))
+        return x.to(proj.dtype) @ proj
+
+    @property
+    def preprocess_id(self) -> str:
+        return repr(self._preprocess)
+
+    def preprocess(self, image: Image.Image) -> torch.Tensor:
+        return self._preprocess(image)
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        tok = self.tokenizer
+        if isinstance(tok, open_clip.tokenizer.SimpleTokenizer):
+            return [[tok.sot_token_id, *tok.encode(t), tok.eot_token_id] for t in texts]
+        # Other open_clip tokenizers (HF-backed) only give padded tensors: strip the padding.
+        out = []
+        for row in tok(list(texts)).tolist():
+            while row and row[-1] == self.pad_id:
+                row.pop()
+            out.append(row)
+        return out
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        tok = self.tokenizer
+        if isinstance(tok, open_clip.tokenizer.SimpleTokenizer):
+            return [tok.decoder.get(i, "?").replace("</w>", "") for i in ids]
+        return super().token_strings(ids)
+
+    # ------------------------------------------------------------------------------
+    def forward_images(self, pixels, *, patches=False):
+        visual = self.model.visual
+        pixels = pixels.to(self.device, self.dtype)
+        if not patches:
+            return self.model.encode_image(pixels), None
+        if not self.has_patch_tokens:
+            raise NotImplementedError
+        old = visual.output_tokens
+        visual.output_tokens = True
+        try:
+            pooled, tokens = visual(pixels)  # tokens: after ln_post, before proj; (B, N, width)
+        finally:
+            visual.output_tokens = old
+        return pooled, tokens @ visual.proj  # (B, N, D)
+
+    def forward_texts(self, ids, lengths, *, tokens=False):
+        ids = ids.to(self.device)
+        if not self._fast_text:
+            if tokens:
+                raise NotImplementedError
+            full = torch.full((ids.shape[0], self.context_length), self.pad_id, dtype=ids.dtype, device=ids.device)
+            full[:, : ids.shape[1]] = ids
+            return self.model.encode_text(full), None
+        t = self._text
+        L = ids.shape[1]
+        cast = t.transformer.get_cast_dtype() if hasattr(t.transformer, "get_cast_dtype") else self.dtype
+        x = t.token_embedding(ids).to(cast)  # (B, L, W)
+        x = x + t.positional_embedding[:L].to(cast)
+        x = t.transformer(x, attn_mask=t.attn_mask[:L, :L])
+        x = t.ln_final(x)
+        eot = (lengths.to(ids.device) - 1).clamp(min=0)
+        pooled = self._project_text(x[torch.arange(x.shape[0], device=x.device), eot])
+        return pooled, (self._project_text(x) if tokens else None)
+
+
+def _seeded_create(arch: str, *, pretrained: str | None, seed: int, **kwargs):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=pretrained, **kwargs)
+    return model, preprocess
+
+
+def load_open_clip(
+    arch: str,
+    tag: str | None,
+    *,
+    spec: str,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    seed: int = 0,
+    context_length: int | None = None,
+) -> OpenClipBackbone:
+    """``ARCH/TAG`` -> pretrained weights (tag or local file); ``ARCH`` alone -> random weights from ``seed``."""
+    import logging
+
+    if tag == "schema":  # hf-hub:/local-dir: carry their own weights
+        tag = None
+        kwargs_pretrained = True
+    else:
+        kwargs_pretrained = tag is not None
+    if not kwargs_pretrained:
+        warn(f"{arch}: no pretrained tag given; using RANDOM weights (seed={seed}) — for tests and benchmarks only")
+    logging.getLogger("root").setLevel(logging.ERROR)  # open_clip logs 'No pretrained weights' on the root logger
+    kwargs = {}
+    if context_length is not None:
+        kwargs["force_context_length"] = context_length
+    model, preprocess = _seeded_create(arch, pretrained=tag, seed=seed, **kwargs)
+    tokenizer = open_clip.get_tokenizer(arch, context_length=context_length) if context_length else open_clip.get_tokenizer(arch)
+    bb = OpenClipBackbone(model, preprocess, tokenizer, spec=spec if kwargs_pretrained else f"{spec}#seed={seed}")
+    return bb.to(device, resolve_dtype(dtype))

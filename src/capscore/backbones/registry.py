@@ -1,0 +1,135 @@
+"""One registry, one ``--model`` grammar, one loader.
+
+Grammar (documented in the README):
+
+=================================  ==========================================================
+``scenes-tiny``                    capscore's bundled model (any name in ``BUNDLED``)
+``ARCH/TAG``                       open_clip architecture + pretrained tag or local weights file
+``ARCH``                           open_clip architecture with RANDOM weights (``seed``), warns
+``openclip:ARCH[/TAG]``            the same, explicit
+``ckpt:PATH`` / ``PATH.pt|.pth``   OpenAI-format checkpoint (CLIP, PAC-S, LongCLIP)
+``hf:ID_OR_DIR``                   Hugging Face ``CLIPModel`` / ``SiglipModel``
+``mclip:DIR``                      multilingual text student + CLIP image tower (M-CLIP / PR-MCS)
+``hf-hub:ORG/REPO``, ``local-dir:DIR``  passed to open_clip's own schemas
+=================================  ==========================================================
+
+Adapters are rows in ``ADAPTERS`` (prefix -> "module:function"), imported lazily,
+so loading one family never imports another's heavy dependencies.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from capscore.backbones.base import Backbone
+from capscore.errors import CapscoreError, unknown_name
+
+
+@dataclass(frozen=True)
+class Adapter:
+    prefix: str
+    target: str  # "module:function"; function(rest, **opts) -> Backbone
+    example: str
+    description: str
+
+    def load(self, rest: str, **opts) -> Backbone:
+        module, func = self.target.split(":")
+        return getattr(importlib.import_module(module), func)(rest, **opts)
+
+
+ADAPTERS: dict[str, Adapter] = {
+    a.prefix: a
+    for a in [
+        Adapter("openclip", "capscore.backbones.registry:_load_openclip_spec", "ViT-B-32/openai",
+                "open_clip architecture with a pretrained tag, a weights file, or nothing (random init)"),
+        Adapter("ckpt", "capscore.backbones.openai_ckpt:load_openai_checkpoint", "ckpt:pacs_vitb32.pth",
+                "OpenAI-format state dict (.pt/.pth/.safetensors): CLIP, PAC-S, LongCLIP"),
+        Adapter("hf", "capscore.backbones.hf:load_hf", "hf:openai/clip-vit-base-patch32",
+                "Hugging Face transformers CLIPModel or SiglipModel (hub id or local folder)"),
+        Adapter("mclip", "capscore.backbones.multilingual:load_multilingual", "mclip:./student",
+                "multilingual text encoder + projection into a CLIP image tower's space"),
+        Adapter("bundled", "capscore.backbones.registry:_load_bundled", "scenes-tiny",
+                "models shipped inside capscore"),
+    ]
+}
+
+# Bundled models: name -> "module:function" returning a Backbone.
+BUNDLED: dict[str, str] = {
+    "scenes-tiny": "capscore.scenes.tiny:load_scenes_tiny",
+}
+
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
+
+
+def _load_bundled(name: str, **opts) -> Backbone:
+    module, func = BUNDLED[name].split(":")
+    return getattr(importlib.import_module(module), func)(spec=name, **opts)
+
+
+def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False, **opts) -> Backbone:
+    import open_clip
+
+    from capscore.backbones.openclip import load_open_clip  # also registers capscore's configs
+
+    if rest.startswith(("hf-hub:", "local-dir:")):
+        return load_open_clip(rest, "schema", spec=spec, **opts)  # open_clip resolves the weights
+    arch, _, tag = rest.partition("/")
+    known = open_clip.list_models()
+    if arch not in known:
+        raise unknown_name("open_clip architecture", arch, known + list(BUNDLED))
+    if tag:
+        tags = open_clip.list_pretrained_tags_by_model(arch)
+        if tag not in tags and not Path(tag).expanduser().is_file():
+            hint = unknown_name(f"pretrained tag for {arch}", tag, tags)
+            raise CapscoreError(f"{hint} (or give a path to a weights file)")
+    return load_open_clip(arch, tag or None, spec=spec, **opts)
+
+
+def parse_model_spec(spec: str) -> tuple[Adapter, str]:
+    """Split a ``--model`` string into (adapter, the adapter's part of the string)."""
+    spec = spec.strip()
+    if not spec:
+        raise CapscoreError("empty --model; try 'scenes-tiny' or 'ViT-B-32/openai'")
+    if spec in BUNDLED:
+        return ADAPTERS["bundled"], spec
+    head, sep, rest = spec.partition(":")
+    if sep and head in ADAPTERS and head != "bundled":
+        return ADAPTERS[head], rest
+    if spec.startswith(("hf-hub:", "local-dir:")):
+        return ADAPTERS["openclip"], spec
+    if spec.lower().endswith(CHECKPOINT_SUFFIXES) and not _is_openclip_arch(spec.split("/")[0]):
+        return ADAPTERS["ckpt"], spec  # a bare path: OpenAI-format checkpoint
+    return ADAPTERS["openclip"], spec
+
+
+def _is_openclip_arch(name: str) -> bool:
+    import open_clip
+
+    import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs)
+
+    return name in open_clip.list_models()
+
+
+def load_backbone(
+    spec: str,
+    *,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    seed: int = 0,
+    context_length: int | None = None,
+    trust_remote_code: bool = False,
+) -> Backbone:
+    """Load any supported dual encoder from a ``--model`` string (see module docstring)."""
+    adapter, rest = parse_model_spec(spec)
+    opts = dict(spec=spec, device=device, dtype=dtype, seed=seed, context_length=context_length)
+    if adapter.prefix in ("hf", "mclip"):
+        opts["trust_remote_code"] = trust_remote_code
+    return adapter.load(rest, **opts)
+
+
+def describe_models() -> str:
+    """The grammar as a table, for ``capscore models``."""
+    rows = [f"  {a.prefix:9s} e.g. {a.example:34s} {a.description}" for a in ADAPTERS.values()]
+    rows.append("  bundled:  " + ", ".join(BUNDLED))
+    return "\n".join(rows)

@@ -1,0 +1,311 @@
+"""The encoding engine: the one place that batches, pads, places, casts and caches.
+
+Every metric, probe and trainer evaluation goes through :class:`Encoder`:
+
+* inputs are deduplicated before encoding (an evaluation set repeats one
+  image for 3–50 captions);
+* texts are sorted by token length and each batch is padded to its longest
+  caption, not to the context length (exact for causal CLIP towers; backbones
+  that are not set ``pad_to_longest_exact = False`` and get full padding);
+* captions longer than the context are truncated *keeping* the end-of-text
+  token, with one warning that counts them;
+* images are read and decoded in worker threads;
+* all work runs under ``torch.inference_mode`` on the backbone's device/dtype,
+  and vectors come back L2-normalised, float32, on the CPU;
+* global vectors go to a persistent cache keyed by (backbone identity, kind,
+  content), committed batch by batch; patch and token features, which are
+  large, are kept in a bounded in-memory cache only.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from capscore._log import warn
+from capscore.backbones.base import Backbone
+from capscore.embed.cache import EmbeddingCache, cache_key
+from capscore.embed.images import ImageRef
+from capscore.errors import CapscoreError, InputError
+
+
+class MemoryCache:
+    """Bounded LRU with the same interface as :class:`EmbeddingCache`."""
+
+    def __init__(self, max_items: int = 200_000):
+        self.max_items = max_items
+        self._d: OrderedDict[bytes, object] = OrderedDict()
+
+    def get_many(self, keys):
+        out = {}
+        for k in keys:
+            if k in self._d:
+                self._d.move_to_end(k)
+                out[k] = self._d[k]
+        return out
+
+    def put_many(self, items):
+        for k, v in items:
+            self._d[k] = v
+            self._d.move_to_end(k)
+        while len(self._d) > self.max_items:
+            self._d.popitem(last=False)
+
+    def __len__(self):
+        return len(self._d)
+
+
+@dataclass
+class EncoderStats:
+    texts_encoded: int = 0
+    texts_cached: int = 0
+    images_encoded: int = 0
+    images_cached: int = 0
+    truncated: int = 0
+    seen_truncated: set = field(default_factory=set, repr=False)
+
+
+@dataclass(frozen=True)
+class TokenFeatures:
+    """Per-token features of one caption: ids (L,), strings, vectors (L, D), global (D,). Normalised."""
+
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    vectors: torch.Tensor
+    global_: torch.Tensor
+
+
+class Encoder:
+    """Encode texts and images with one backbone; see the module docstring."""
+
+    def __init__(
+        self,
+        backbone: Backbone,
+        *,
+        batch_size: int = 64,
+        image_batch_size: int | None = None,
+        cache: EmbeddingCache | MemoryCache | str | os.PathLike | None = None,
+        workers: int = 2,
+        progress: bool = False,
+    ):
+        self.backbone = backbone
+        self.batch_size = batch_size
+        self.image_batch_size = image_batch_size or batch_size
+        if cache is None:
+            cache = MemoryCache()
+        elif not isinstance(cache, (EmbeddingCache, MemoryCache)):
+            cache = EmbeddingCache(cache)
+        self.cache = cache
+        self.workers = max(1, workers)
+        self.progress = progress
+        self.stats = EncoderStats()
+        self._features = MemoryCache(max_items=4096)  # patch/token features
+
+    # ---------------------------------------------------------------- texts
+    def _prepare_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        bb = self.backbone
+        ids = bb.tokenize(list(texts))
+        out = []
+        newly = 0
+        for t, row in zip(texts, ids):
+            if len(row) > bb.context_length:
+                if t not in self.stats.seen_truncated:
+                    self.stats.seen_truncated.add(t)
+                    newly += 1
+                row = bb.truncate(row)
+            out.append(row)
+        if newly:
+            self.stats.truncated += newly
+            warn(
+                f"{newly} caption(s) longer than the {bb.context_length}-token context of {bb.spec} were "
+                "truncated (end-of-text token kept); use a longer-context backbone (e.g. LongCLIP, 248) to avoid it"
+            )
+        return out
+
+    def _batches(self, ids: list[list[int]], size: int):
+        """Yield (positions, padded ids (B, L), lengths (B,)) sorted by length to minimise padding."""
+        bb = self.backbone
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        for s in range(0, len(order), size):
+            pos = order[s : s + size]
+            rows = [ids[i] for i in pos]
+            L = max(len(r) for r in rows) if bb.pad_to_longest_exact else bb.context_length
+            x = torch.full((len(rows), L), bb.pad_id, dtype=torch.long)
+            for j, r in enumerate(rows):
+                x[j, : len(r)] = torch.tensor(r, dtype=torch.long)
+            yield pos, x, torch.tensor([len(r) for r in rows], dtype=torch.long)
+
+    def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
+        """Texts -> (N, D) normalised float32 vectors, in input order."""
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise InputError(f"text #{i}", "caption is not a string", got=t)
+        bb = self.backbone
+        uniq = list(dict.fromkeys(texts))
+        keys = [cache_key(bb.identity, "text", t) for t in uniq]
+        found = self.cache.get_many(keys)
+        missing = [i for i, k in enumerate(keys) if k not in found]
+        self.stats.texts_cached += len(uniq) - len(missing)
+        vecs: dict[bytes, np.ndarray] = dict(found)
+        if missing:
+            ids = self._prepare_ids([uniq[i] for i in missing])
+            bar = self._bar(len(missing), "texts")
+            with torch.inference_mode():
+                for pos, x, lengths in self._batches(ids, self.batch_size):
+                    g, _ = bb.forward_texts(x.to(bb.device), lengths)
+                    g = F.normalize(g.float(), dim=-1).cpu().numpy()
+                    new = [(keys[missing[p]], g[j]) for j, p in enumerate(pos)]
+                    self.cache.put_many(new)
+                    vecs.update(new)
+                    self.stats.texts_encoded += len(pos)
+                    if bar:
+                        bar.update(len(pos))
+            if bar:
+                bar.close()
+        index = {t: vecs[k] for t, k in zip(uniq, keys)}
+        if not texts:
+            return torch.empty(0, bb.embed_dim)
+        return torch.from_numpy(np.stack([index[t] for t in texts]).astype(np.float32, copy=False))
+
+    def text_tokens(self, texts: Sequence[str]) -> list[TokenFeatures]:
+        """Per-token features in the joint space (start and end tokens included), normalised."""
+        bb = self.backbone
+        if not bb.has_token_features:
+            raise CapscoreError(f"backbone {bb.spec} does not expose per-token text features")
+        uniq = list(dict.fromkeys(texts))
+        keys = [cache_key(bb.identity, "text-tokens", t) for t in uniq]
+        found = self._features.get_many(keys)
+        missing = [i for i, k in enumerate(keys) if k not in found]
+        if missing:
+            ids = self._prepare_ids([uniq[i] for i in missing])
+            with torch.inference_mode():
+                for pos, x, lengths in self._batches(ids, self.batch_size):
+                    g, tok = bb.forward_texts(x.to(bb.device), lengths, tokens=True)
+                    g = F.normalize(g.float(), dim=-1).cpu()
+                    tok = F.normalize(tok.float(), dim=-1).cpu()
+                    for j, p in enumerate(pos):
+                        n = int(lengths[j])
+                        row = tuple(ids[p])
+                        feat = TokenFeatures(row, tuple(bb.token_strings(row)), tok[j, :n].clone(), g[j].clone())
+                        found[keys[missing[p]]] = feat
+                    self._features.put_many((keys[missing[p]], found[keys[missing[p]]]) for p in pos)
+        index = dict(zip(uniq, (found[k] for k in keys)))
+        return [index[t] for t in texts]
+
+    # ---------------------------------------------------------------- images
+    def _read_all(self, items: list[tuple[int, ImageRef]], errors: dict[int, str] | None):
+        """Decode images in worker threads -> list of (content key, PIL), or None where
+        decoding failed and ``errors`` (keyed by the given index) records why."""
+
+        def load(item):
+            i, ref = item
+            try:
+                return ref.load()
+            except InputError as e:
+                if errors is None:
+                    raise
+                errors[i] = str(e)
+                return None
+
+        if len(items) == 1:
+            return [load(items[0])]
+        with ThreadPoolExecutor(self.workers) as pool:
+            return list(pool.map(load, items))
+
+    def encode_images(self, images: Sequence, *, errors: dict[int, str] | None = None) -> torch.Tensor:
+        """Images (paths, PIL images or ImageRefs) -> (N, D) normalised float32 vectors.
+
+        A missing, unreadable or truncated file raises :class:`InputError` naming
+        it; if ``errors`` is a dict, the failure is recorded there (index ->
+        message) instead and that row is NaN.
+        """
+        bb = self.backbone
+        refs = [ImageRef.of(x) for x in images]
+        first_of: dict[str, int] = {}
+        for i, r in enumerate(refs):
+            first_of.setdefault(r.identity_hint(), i)
+        uniq_idx = list(first_of.values())
+        got: dict[int, np.ndarray] = {}
+        failed: dict[int, str] | None = {} if errors is not None else None
+        bar = self._bar(len(uniq_idx), "images")
+        chunk = self.image_batch_size * 4
+        for s in range(0, len(uniq_idx), chunk):
+            idx = uniq_idx[s : s + chunk]
+            loaded = self._read_all([(i, refs[i]) for i in idx], failed)
+            ok = [(i, item) for i, item in zip(idx, loaded) if item is not None]
+            keys = {i: cache_key(bb.identity, "image", item[0]) for i, item in ok}
+            found = self.cache.get_many(list(keys.values()))
+            todo = []
+            for i, (_, im) in ok:
+                if keys[i] in found:
+                    got[i] = found[keys[i]]
+                    self.stats.images_cached += 1
+                else:
+                    todo.append((i, im))
+            with torch.inference_mode():
+                for b in range(0, len(todo), self.image_batch_size):
+                    part = todo[b : b + self.image_batch_size]
+                    px = torch.stack([bb.preprocess(im) for _, im in part])
+                    g, _ = bb.forward_images(px.to(bb.device, bb.dtype))
+                    g = F.normalize(g.float(), dim=-1).cpu().numpy()
+                    new = [(keys[i], g[j]) for j, (i, _) in enumerate(part)]
+                    self.cache.put_many(new)
+                    for j, (i, _) in enumerate(part):
+                        got[i] = g[j]
+                    self.stats.images_encoded += len(part)
+            if bar:
+                bar.update(len(idx))
+        if bar:
+            bar.close()
+        out = torch.full((len(refs), bb.embed_dim), float("nan"))
+        for i, r in enumerate(refs):
+            u = first_of[r.identity_hint()]
+            if u in got:
+                out[i] = torch.from_numpy(got[u])
+            else:
+                errors[i] = failed[u]
+        return out
+
+    def image_patches(self, images: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images -> (global (N, D), patch tokens (N, P, D)), both normalised, in the joint space."""
+        bb = self.backbone
+        if not bb.has_patch_tokens:
+            raise CapscoreError(
+                f"backbone {bb.spec} does not expose patch tokens in the joint space "
+                "(needs a ViT image tower with a projection, e.g. open_clip ViTs or HF CLIP)"
+            )
+        refs = [ImageRef.of(x) for x in images]
+        loaded = self._read_all(list(enumerate(refs)), None)
+        keys = [cache_key(bb.identity, "image-patches", k) for k, _ in loaded]
+        found = self._features.get_many(keys)
+        first = {k: i for i, k in reversed(list(enumerate(keys)))}
+        todo = [i for i, k in enumerate(keys) if k not in found and first[k] == i]
+        with torch.inference_mode():
+            for b in range(0, len(todo), self.image_batch_size):
+                part = todo[b : b + self.image_batch_size]
+                px = torch.stack([bb.preprocess(loaded[i][1]) for i in part])
+                g, p = bb.forward_images(px.to(bb.device, bb.dtype), patches=True)
+                g = F.normalize(g.float(), dim=-1).cpu()
+                p = F.normalize(p.float(), dim=-1).cpu()
+                for j, i in enumerate(part):
+                    found[keys[i]] = (g[j].clone(), p[j].clone())
+                self._features.put_many((keys[i], found[keys[i]]) for i in part)
+        gs = torch.stack([found[k][0] for k in keys]) if keys else torch.empty(0, bb.embed_dim)
+        ps = torch.stack([found[k][1] for k in keys]) if keys else torch.empty(0, 0, bb.embed_dim)
+        return gs, ps
+
+    # ---------------------------------------------------------------- utils
+    def _bar(self, total: int, what: str):
+        if not self.progress or total == 0:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=f"encoding {what}", unit=what[:-1], leave=False)
+
+

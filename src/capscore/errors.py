@@ -1,0 +1,53 @@
+"""One error type for user mistakes, one template for its message.
+
+Every error a user can cause (a bad file, a bad option, an unknown model) is a
+:class:`CapscoreError`. The CLI prints ``capscore: error: <message>`` on one line
+and exits non-zero, never a traceback. Programming errors stay ordinary
+exceptions.
+"""
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+class CapscoreError(Exception):
+    """A user-facing error whose message fits on one line."""
+
+
+class InputError(CapscoreError):
+    """Bad input data; ``where`` names the file and line or the item id."""
+
+    def __init__(self, where: str, what: str, *, expected: str | None = None, got: object = None):
+        self.where = where
+        self.what = what
+        msg = f"{where}: {what}"
+        if expected is not None:
+            msg += f"; expected {expected}"
+        if got is not None:
+            msg += f"; got {short_repr(got)}"
+        super().__init__(msg)
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """A short, single-line copy of what was passed, for error messages."""
+    text = repr(value).replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def param_error(param: str, func: str, expected: str, got: object) -> CapscoreError:
+    """scikit-learn style: The 'x' parameter of f must be ...; got ... instead."""
+    return CapscoreError(
+        f"The {param!r} parameter of {func} must be {expected}; got {short_repr(got)} instead."
+    )
+
+
+def unknown_name(kind: str, name: str, known: Iterable[str]) -> CapscoreError:
+    """An unknown name with did-you-mean suggestions (never the full list)."""
+    known = list(known)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    if not close:
+        lowered = {k.lower(): k for k in known}
+        close = [lowered[k] for k in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.5)]
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return CapscoreError(f"unknown {kind} {name!r}{hint}")

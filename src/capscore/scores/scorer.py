@@ -1,0 +1,135 @@
+"""The dataset scorer: records in, per-item rows out, streamed in chunks.
+
+It is the thin stateful shell around :mod:`capscore.scores.clipscore`: it
+collects a chunk of records, asks the encoder for the unique images and texts
+of the chunk (the cache makes repeated images/texts free across chunks), calls
+the pure metric function, and yields one row per record. Memory is bounded by
+the chunk size, whatever the number of records.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from capscore.data.records import Record
+from capscore.embed.engine import Encoder
+from capscore.errors import InputError
+from capscore.scores.clipscore import MetricSpec, get_metric
+
+
+def _validate(rec: Record, spec: MetricSpec) -> InputError | None:
+    where = rec.source or f"item {rec.id}"
+    if not isinstance(rec.caption, str):
+        return InputError(where, "caption is not a string", got=rec.caption)
+    if not rec.caption.strip():
+        return InputError(where, "empty caption")
+    for r in rec.refs:
+        if not isinstance(r, str) or not r.strip():
+            return InputError(where, "empty or non-string reference", got=r)
+    if spec.needs_refs and not rec.refs:
+        return InputError(where, f"{spec.name} needs references; none given")
+    return None
+
+
+def score_records(
+    records: Iterable[Record],
+    encoder: Encoder,
+    metric: str | MetricSpec = "clip-s",
+    *,
+    prefix: str | None = None,
+    chunk_size: int = 2048,
+    skip_bad: bool = False,
+) -> Iterator[dict]:
+    """Yield ``{id, image, caption, system, score, error}`` per record, in input order.
+
+    ``prefix`` defaults to the metric's own ("A photo depicts " for CLIP-S and
+    PAC-S, as in their reference code); pass "" for none. It is prepended to
+    candidates and references alike. With ``skip_bad`` a bad item yields a row
+    with ``score=None`` and the one-line error; otherwise the error is raised.
+    """
+    spec = get_metric(metric) if isinstance(metric, str) else metric
+    prefix = spec.default_prefix if prefix is None else prefix
+    it = iter(records)
+    while chunk := list(itertools.islice(it, chunk_size)):
+        errors: dict[int, str] = {}
+        for i, rec in enumerate(chunk):
+            err = _validate(rec, spec)
+            if err is not None:
+                if not skip_bad:
+                    raise err
+                errors[i] = str(err)
+        good = [i for i in range(len(chunk)) if i not in errors]
+        img_err: dict[int, str] | None = {} if skip_bad else None
+        img = encoder.encode_images([chunk[i].image for i in good], errors=img_err)
+        for j, msg in (img_err or {}).items():
+            errors[good[j]] = msg
+        txt = encoder.encode_texts([prefix + chunk[i].caption for i in good])
+        if spec.needs_refs and good:
+            R = max(len(chunk[i].refs) for i in good)
+            flat = [prefix + r for i in good for r in chunk[i].refs]
+            emb = encoder.encode_texts(flat)
+            refs = torch.zeros(len(good), R, emb.shape[-1])
+            mask = torch.zeros(len(good), R, dtype=torch.bool)
+            k = 0
+            for row, i in enumerate(good):
+                n = len(chunk[i].refs)
+                refs[row, :n] = emb[k : k + n]
+                mask[row, :n] = True
+                k += n
+            scores = spec.compute(img, txt, refs, mask)
+        else:
+            scores = spec.compute(img, txt)
+        by_index = dict(zip(good, scores.tolist()))
+        for i, rec in enumerate(chunk):
+            s = by_index.get(i)
+            if i in errors or s is None or math.isnan(s):
+                yield _row(rec, None, errors.get(i, "could not be scored"))
+            else:
+                yield _row(rec, s, None)
+
+
+def _row(rec: Record, score: float | None, error: str | None) -> dict:
+    return {
+        "id": rec.id,
+        "image": rec.image.where() if rec.image.path is None else str(rec.image.path),
+        "caption": rec.caption if isinstance(rec.caption, str) else repr(rec.caption),
+        "system": rec.system,
+        "score": score,
+        "error": error,
+    }
+
+
+@dataclass
+class Summary:
+    """Running count/mean/skipped, overall and per system (caption set)."""
+
+    metric: str
+    count: int = 0
+    skipped: int = 0
+    total: float = 0.0
+    systems: dict[str, list[float]] = field(default_factory=dict)  # name -> [sum, count]
+
+    def add(self, row: dict) -> None:
+        if row.get("score") is None:
+            self.skipped += 1
+            return
+        self.count += 1
+        self.total += row["score"]
+        acc = self.systems.setdefault(row.get("system") or "", [0.0, 0])
+        acc[0] += row["score"]
+        acc[1] += 1
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else float("nan")
+
+    def system_means(self) -> dict[str, float]:
+        return {k: s / n for k, (s, n) in sorted(self.systems.items()) if n}
+
+    def as_dict(self) -> dict:
+        return {"metric": self.metric, "count": self.count, "mean": self.mean, "skipped": self.skipped,
+                "systems": self.system_means()}

@@ -1,0 +1,53 @@
+"""Shared fixtures: a tiny random-init real open_clip architecture and generated images."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path, monkeypatch):
+    """Never touch the user's ~/.cache/capscore from tests."""
+    monkeypatch.setenv("CAPSCORE_CACHE", str(tmp_path / "capscore-cache"))
+    import capscore.embed.cache as c
+
+    monkeypatch.setattr(c, "DEFAULT_CACHE_DIR", tmp_path / "capscore-cache")
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone():
+    """capscore-test-tiny: a real open_clip CLIP (ViT + BPE text tower), random weights."""
+    from capscore.backbones import load_backbone
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_backbone("capscore-test-tiny", seed=0)
+
+
+@pytest.fixture
+def make_images(tmp_path):
+    """Write n small RGB PNGs with distinct random content; returns their paths."""
+
+    def make(n: int, size: int = 40, seed: int = 0, folder: str = "images"):
+        rng = np.random.default_rng(seed)
+        d = tmp_path / folder
+        d.mkdir(exist_ok=True)
+        paths = []
+        for i in range(n):
+            arr = (rng.random((size, size, 3)) * 255).astype("uint8")
+            p = d / f"img{i}.png"
+            Image.fromarray(arr).save(p)
+            paths.append(p)
+        return paths
+
+    return make

@@ -1,0 +1,77 @@
+"""The encoding engine: padding exactness, truncation keeping EOT, dedupe, cache."""
+import warnings
+
+import open_clip
+import pytest
+import torch
+
+from capscore.embed import EmbeddingCache, Encoder
+from capscore.errors import InputError
+
+
+def reference_text(bb, texts):
+    """What open_clip itself computes with full 77-token padding."""
+    tok = open_clip.get_tokenizer("capscore-test-tiny")
+    with torch.no_grad():
+        return torch.nn.functional.normalize(bb.model.encode_text(tok(texts)), dim=-1)
+
+
+def test_pad_to_longest_equals_full_padding(tiny_backbone):
+    texts = ["a dog", "two red cubes left of a large blue sphere on the floor", "x"]
+    enc = Encoder(tiny_backbone, batch_size=2)
+    got = enc.encode_texts(texts)
+    assert (got - reference_text(tiny_backbone, texts)).abs().max() < 1e-5
+
+
+def test_long_caption_keeps_eot_and_warns_once(tiny_backbone):
+    long = " ".join(["red cube"] * 60)  # > 77 tokens
+    enc = Encoder(tiny_backbone)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        got = enc.encode_texts([long, long, "short"])
+    assert sum("truncated" in str(x.message) for x in w) == 1 and enc.stats.truncated == 1
+    ids = tiny_backbone.tokenize([long])[0]
+    kept = ids[:76] + [ids[-1]]  # 76 tokens then EOT: the EOT vector is what gets pooled
+    with torch.no_grad():
+        ref = tiny_backbone.model.encode_text(torch.tensor([kept]))
+    ref = torch.nn.functional.normalize(ref, dim=-1)
+    assert (got[0] - ref[0]).abs().max() < 1e-5
+
+
+def test_dedupe_and_persistent_cache(tiny_backbone, make_images, tmp_path):
+    paths = make_images(3)
+    db = tmp_path / "c"
+    enc = Encoder(tiny_backbone, cache=db)
+    a = enc.encode_images([paths[0], paths[1], paths[0], paths[2], paths[0]])
+    t = enc.encode_texts(["a", "b", "a"])
+    assert enc.stats.images_encoded == 3 and enc.stats.texts_encoded == 2
+    assert torch.equal(a[0], a[2]) and torch.equal(t[0], t[2])
+    enc2 = Encoder(tiny_backbone, cache=EmbeddingCache(db))
+    b = enc2.encode_images(paths)
+    t2 = enc2.encode_texts(["a", "b", "c"])
+    assert enc2.stats.images_encoded == 0 and enc2.stats.images_cached == 3
+    assert enc2.stats.texts_encoded == 1  # only the new caption
+    assert torch.equal(b[1], a[1]) and torch.equal(t2[0], t[0])
+
+
+def test_image_errors_name_the_file(tiny_backbone, make_images, tmp_path):
+    good = make_images(1)[0]
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(good.read_bytes()[:60])  # truncated PNG
+    enc = Encoder(tiny_backbone)
+    with pytest.raises(InputError, match="broken.png"):
+        enc.encode_images([good, bad])
+    errors = {}
+    out = enc.encode_images([good, tmp_path / "missing.jpg", bad], errors=errors)
+    assert set(errors) == {1, 2} and "not found" in errors[1]
+    assert not torch.isnan(out[0]).any() and torch.isnan(out[1]).all()
+
+
+def test_patch_and_token_features(tiny_backbone, make_images):
+    enc = Encoder(tiny_backbone)
+    g, p = enc.image_patches(make_images(2))
+    assert p.shape == (2, 16, 32)  # 32 px / 8 px patches = 4x4
+    assert torch.allclose(g, enc.encode_images(make_images(2)), atol=1e-5)
+    (feat,) = enc.text_tokens(["a red cube"])
+    assert feat.vectors.shape[0] == len(feat.ids) == 5 and feat.tokens[2] == "red"
+    assert torch.allclose(feat.global_, enc.encode_texts(["a red cube"])[0], atol=1e-5)
