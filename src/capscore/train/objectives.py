@@ -1,0 +1,228 @@
+"""Training objectives as pure functions of embeddings: no models, no state, no I/O.
+
+Every function takes *unnormalised* joint-space vectors (what ``Backbone.forward_*``
+return), normalises them itself, and returns a scalar loss (plus named parts
+where the paper has several terms). ``scale`` is the multiplicative logit scale
+(``backbone.logit_scale.exp()``), not its logarithm.
+
+=============================  =========================================================
+``contrastive_loss``           CLIP symmetric InfoNCE (Radford et al., 2021, fig. 3)
+``specs_loss``                 SPECS (Chen et al., 2025, eqs. 3–4) with the dynamic margin
+``prmcs_loss``                 PR-MCS fine-tuning (Kim et al., 2023, section 3.4)
+``distillation_loss``          multilingual teacher distillation (Kim et al., 2023, 3.1;
+                               Carlsson et al., M-CLIP, 2022)
+``pacs_loss``                  PAC-S positive-augmented contrastive (Sarto et al., 2023, eq. 2)
+=============================  =========================================================
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from capscore.errors import param_error
+
+
+def _unit(x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(x.float(), dim=-1)
+
+
+def _as_scale(scale) -> torch.Tensor:
+    return scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))
+
+
+# ----------------------------------------------------------------------------- CLIP
+def contrastive_loss(
+    image: torch.Tensor, text: torch.Tensor, scale, *, symmetric: bool = True
+) -> torch.Tensor:
+    """CLIP InfoNCE over a batch of matched pairs (row i of ``image`` matches row i of ``text``).
+
+    logits = scale · cos(image_i, text_j)                       (B, B)
+    L = ½ [CE(logits, arange B) + CE(logitsᵀ, arange B)]         (symmetric, CLIP)
+    L = CE(logitsᵀ, arange B)   text -> image only               (``symmetric=False``;
+                                                                  what SPECS' code uses)
+    """
+    if image.shape != text.shape or image.ndim != 2:
+        raise param_error("image/text", "contrastive_loss", "two (B, D) tensors of the same shape",
+                          (tuple(image.shape), tuple(text.shape)))
+    logits = _as_scale(scale) * _unit(image) @ _unit(text).T  # (B_img, B_txt)
+    target = torch.arange(logits.shape[0], device=logits.device)
+    t2i = F.cross_entropy(logits.T, target)
+    if not symmetric:
+        return t2i
+    return 0.5 * (F.cross_entropy(logits, target) + t2i)
+
+
+# ----------------------------------------------------------------------------- SPECS
+@dataclass(frozen=True)
+class SpecsLoss:
+    """Total and weighted parts of the SPECS loss, plus the margin to use next step."""
+
+    loss: torch.Tensor
+    contrastive: torch.Tensor
+    detail: torch.Tensor
+    negative: torch.Tensor
+    margin: float  # ε after both updates: pass it to the next call
+
+
+def hinge(bigger: torch.Tensor, smaller: torch.Tensor, margin: float) -> torch.Tensor:
+    """mean_i relu(ε + smaller_i − bigger_i)."""
+    return F.relu(margin + smaller - bigger).mean()
+
+
+def dynamic_margin(bigger: torch.Tensor, smaller: torch.Tensor, *, low: float = 0.0, high: float = 1.5) -> float:
+    """ε = clamp(mean_i(bigger_i − smaller_i), low, high), detached (SPECS code: 0 and 1.5)."""
+    return float((bigger.detach() - smaller.detach()).mean().clamp(low, high))
+
+
+def specs_loss(
+    image: torch.Tensor,
+    caption: torch.Tensor,
+    base: torch.Tensor,
+    detail: torch.Tensor,
+    negative: torch.Tensor,
+    scale,
+    *,
+    margin: float = 0.0,
+    fixed_margin: float | None = None,
+    alpha: float = 1.0,
+    beta: float = 8.0,
+    gamma: float = 0.8,
+    margin_max: float = 1.5,
+    symmetric: bool = False,
+) -> SpecsLoss:
+    """SPECS (Chen, Salazar, Kementchedjhieva, 2025, "SPECS: Specificity-Enhanced
+    CLIP-Score for Long Image Caption Evaluation", section 3, eqs. 3–4).
+
+    Inputs are (B, D): the image, the full caption (contrastive term), the base
+    text c_j, c_j + d⁺ (a correct detail added) and c_j + d⁻ (a wrong detail added).
+    With θ(x) = scale · cos(image, x) on the matched pair:
+
+      L_detail = mean relu(ε + θ(c_j) − θ(c_j + d⁺))      a correct detail must raise the score
+      L_neg    = mean relu(ε + θ(c_j + d⁻) − θ(c_j))      a wrong detail must lower it
+      L = α·L_contrastive + β·L_detail + γ·L_neg           (α, β, γ = 1, 8, 0.8)
+
+    Margin ε (open choices, all exposed):
+      * dynamic (default, ``fixed_margin=None``): each hinge uses the current ε, then
+        ε ← clamp(mean(θ_bigger − θ_smaller), 0, ``margin_max``), detached; updated after
+        L_detail and again after L_neg, and carried to the next step (return value
+        ``margin``) — the order of the SPECS reference code.
+      * fixed: only when the caller sets ``fixed_margin`` explicitly. (The reference
+        CLI's default 1e-3 is non-zero and so silently selects a fixed margin; here
+        the default is the dynamic one.)
+    ``symmetric=False`` (default) uses text -> image cross-entropy only, as the SPECS
+    code does; ``True`` gives the symmetric CLIP loss.
+    """
+    s = _as_scale(scale)
+    img = _unit(image)
+
+    def theta(t):  # (B,) logit-scaled cosine on the matched pair
+        return s * (img * _unit(t)).sum(-1)
+
+    th_base, th_det, th_neg = theta(base), theta(detail), theta(negative)
+    l_con = contrastive_loss(image, caption, s, symmetric=symmetric)
+    if fixed_margin is not None:
+        l_det = hinge(th_det, th_base, fixed_margin)
+        l_neg = hinge(th_base, th_neg, fixed_margin)
+        eps = float(fixed_margin)
+    else:
+        l_det = hinge(th_det, th_base, margin)
+        eps = dynamic_margin(th_det, th_base, high=margin_max)
+        l_neg = hinge(th_base, th_neg, eps)
+        eps = dynamic_margin(th_base, th_neg, high=margin_max)
+    parts = (alpha * l_con, beta * l_det, gamma * l_neg)
+    return SpecsLoss(parts[0] + parts[1] + parts[2], *parts, margin=eps)
+
+
+# ----------------------------------------------------------------------------- PR-MCS
+@dataclass(frozen=True)
+class PrmcsLoss:
+    loss: torch.Tensor
+    clip: torch.Tensor
+    align: torch.Tensor  # λ1 (1 − cos(V, T(o)))
+    image_perturbed: torch.Tensor  # λ2 max(m, cos(V, T(p)))
+    text_perturbed: torch.Tensor  # λ3 max(m, cos(T(o), T(p)))
+
+
+def prmcs_loss(
+    image: torch.Tensor,
+    original: torch.Tensor,
+    perturbed: torch.Tensor,
+    scale,
+    *,
+    margin: float = 0.1,
+    lambdas: tuple[float, float, float] = (0.1, 0.05, 0.05),
+) -> PrmcsLoss:
+    """PR-MCS fine-tuning (Kim et al., 2023, "PR-MCS: Perturbation Robust Metric for
+    MultiLingual Image Captioning", section 3.4).
+
+      L = L_CLIP(V(I), T(o)) + λ1·(1 − cos(V(I), T(o)))
+          + λ2·max(m, cos(V(I), T(p))) + λ3·max(m, cos(T(o), T(p)))
+
+    m = 0.1, (λ1, λ2, λ3) = (0.1, 0.05, 0.05). ``image`` and ``original`` are (B, D);
+    ``perturbed`` is (B, D) or (B, K, D) for K perturbations per caption (the max
+    terms are then averaged over all B·K pairs). Each term is a batch mean. The
+    floor ``max(m, ·)`` stops pushing a perturbed caption away once its cosine is
+    below m. Only the text tower should be trainable (the recipe freezes the image
+    tower); this function does not enforce it.
+    """
+    v, o = _unit(image), _unit(original)
+    p = _unit(perturbed)
+    if p.ndim == 2:
+        p = p[:, None, :]  # (B, 1, D)
+    l1, l2, l3 = lambdas
+    clip = contrastive_loss(image, original, scale)
+    align = l1 * (1 - (v * o).sum(-1)).mean()
+    img_p = l2 * torch.einsum("bd,bkd->bk", v, p).clamp(min=margin).mean()  # (B, K)
+    txt_p = l3 * torch.einsum("bd,bkd->bk", o, p).clamp(min=margin).mean()
+    return PrmcsLoss(clip + align + img_p + txt_p, clip, align, img_p, txt_p)
+
+
+# ----------------------------------------------------------------------------- distillation
+def distillation_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    """Multilingual teacher distillation (Kim et al., 2023, section 3.1, after M-CLIP):
+    the student embeds a translation, the teacher (the frozen CLIP text tower) the
+    English caption, and L = MSE(student, teacher), averaged over all B·D elements
+    (``torch.nn.MSELoss`` default, as in M-CLIP). The vectors are NOT normalised:
+    the student learns the teacher's raw joint-space vector, so its norm too.
+    """
+    if student.shape != teacher.shape:
+        raise param_error("student", "distillation_loss", f"shape {tuple(teacher.shape)}", tuple(student.shape))
+    return F.mse_loss(student.float(), teacher.detach().float())
+
+
+# ----------------------------------------------------------------------------- PAC-S
+@dataclass(frozen=True)
+class PacsLoss:
+    loss: torch.Tensor
+    real: torch.Tensor
+    generated_images: torch.Tensor
+    generated_texts: torch.Tensor
+
+
+def pacs_loss(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    gen_image: torch.Tensor,
+    gen_text: torch.Tensor,
+    scale,
+    *,
+    lambda_v: float = 0.05,
+    lambda_t: float = 0.05,
+) -> PacsLoss:
+    """PAC-S (Sarto et al., CVPR 2023, "Positive-Augmented Contrastive Learning for
+    Image and Video Captioning Evaluation", section 3, eq. 2):
+
+      L = L(V, T) + λ_v·L(V′, T) + λ_t·L(V, T′)
+
+    L is the symmetric InfoNCE; V′ are images generated from the captions T, T′
+    captions generated for the images V (both positives of their row). On capscore's
+    scenes, V′ is a re-rendered layout of the same scene graph and T′ another
+    phrasing of it. λ_v = λ_t = 0.05 is this library's default (exposed; check the
+    paper's value for your replication).
+    """
+    real = contrastive_loss(image, text, scale)
+    gv = lambda_v * contrastive_loss(gen_image, text, scale)
+    gt = lambda_t * contrastive_loss(image, gen_text, scale)
+    return PacsLoss(real + gv + gt, real, gv, gt)
