@@ -1,0 +1,362 @@
+"""Caption, reference and image-list loaders for ``capscore score``.
+
+Shapes accepted (the first two are those of the clipscore and pacscore scripts):
+
+* captions JSON ``{image_id: caption}``; image id = file stem of an image in
+  ``--images DIR`` (``DIR/COCO_val2014_000000000042.jpg`` has id
+  ``COCO_val2014_000000000042``), as in ``clipscore.py``;
+* references JSON ``{image_id: [ref, ...]}`` (a single string is one reference);
+* captions JSONL / CSV, one caption per row, columns ``image``, ``caption`` and
+  optionally ``refs`` (a list in JSONL; a JSON list or a single string in CSV),
+  ``id`` and ``system``. ``image`` is a path relative to ``--images`` (or
+  absolute), or, when ``--images`` is a manifest, an id listed in it;
+* an image manifest (CSV/JSONL with ``id`` and ``path``; relative paths are
+  relative to the manifest's folder) instead of a folder.
+
+JSONL and CSV are read lazily, row by row, so memory does not grow with the
+number of captions (except for one set of seen ids per file, for the duplicate
+check). A problem with one item is yielded as a :class:`BadItem` (the caller
+decides whether it is fatal); a problem with a whole file (unreadable, not
+JSON, no ``caption`` column) raises :class:`~capscore.errors.InputError`.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from capscore.data.records import Record
+from capscore.errors import InputError, short_repr
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".webp", ".bmp", ".gif")
+CAPTION_FORMATS = (".json", ".jsonl", ".csv")
+
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))  # long reference lists in one CSV cell
+
+
+@dataclass(frozen=True)
+class BadItem:
+    """An input item that cannot be scored; becomes an error row with ``--skip-bad``."""
+
+    id: str
+    image: str
+    caption: str
+    system: str
+    where: str  # file:line, or file: id 'x'
+    what: str
+
+    @property
+    def error(self) -> str:
+        return f"{self.where}: {self.what}"
+
+    def as_error(self) -> InputError:
+        return InputError(self.where, self.what)
+
+
+Item = Record | BadItem
+
+
+# ------------------------------------------------------------------------------------ images
+@dataclass(frozen=True)
+class ImageIndex:
+    """Where images live: a folder (ids = file stems) or a manifest (ids listed)."""
+
+    root: Path  # folder that relative paths are resolved against
+    by_id: Mapping[str, Path]
+    source: str  # shown in errors: the folder or manifest path
+
+    def resolve(self, name: str) -> Path | None:
+        """An image column value -> a path: a manifest id, else a path relative to ``root`` or absolute."""
+        if name in self.by_id:
+            return self.by_id[name]
+        p = Path(name).expanduser()
+        return p if p.is_absolute() else self.root / p
+
+
+def index_images(images: str | os.PathLike) -> ImageIndex:
+    """``--images``: a folder of images, or a CSV/JSONL manifest with ``id`` and ``path``."""
+    path = Path(images).expanduser()
+    if path.is_dir():
+        return _index_folder(path)
+    if not path.exists():
+        raise InputError(str(path), "--images not found", expected="a folder of images or a CSV/JSONL manifest")
+    if path.suffix.lower() not in (".csv", ".jsonl"):
+        raise InputError(str(path), "--images is neither a folder nor a manifest",
+                         expected="a folder, or a .csv/.jsonl manifest with 'id' and 'path' columns")
+    by_id: dict[str, Path] = {}
+    for where, row in _rows(path, required=("id", "path")):
+        if isinstance(row, str):  # a malformed row is fatal in a manifest: every id must be known
+            raise InputError(where, row)
+        ident, p = row["id"], row["path"]
+        if not isinstance(ident, (str, int)) or str(ident) == "" or not isinstance(p, str) or not p:
+            raise InputError(where, "manifest row needs a non-empty 'id' and 'path'", got=row)
+        ident = str(ident)
+        if ident in by_id:
+            raise InputError(where, f"duplicate image id {ident!r} in manifest")
+        q = Path(p).expanduser()
+        by_id[ident] = q if q.is_absolute() else path.parent / q
+    return ImageIndex(path.parent, by_id, str(path))
+
+
+def _index_folder(folder: Path) -> ImageIndex:
+    by_id: dict[str, Path] = {}
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if not entry.is_file() or not entry.name.lower().endswith(IMAGE_SUFFIXES):
+            continue
+        stem = Path(entry.name).stem
+        if stem in by_id:
+            raise InputError(str(folder), f"two images share the id {stem!r}: {by_id[stem].name} and {entry.name}",
+                             expected="one image per file stem")
+        by_id[stem] = folder / entry.name
+    return ImageIndex(folder, by_id, str(folder))
+
+
+# ------------------------------------------------------------------------------------ refs
+def load_refs(path: str | os.PathLike) -> dict[str, tuple[str, ...]]:
+    """``--refs``: JSON ``{image_id: [refs]}`` (or ``{image_id: ref}``), or JSONL/CSV rows with
+    ``image`` (or ``id``) and ``refs`` (JSONL: a list; CSV: a JSON list or a single string)."""
+    path = Path(path).expanduser()
+    out: dict[str, tuple[str, ...]] = {}
+    if path.suffix.lower() == ".json":
+        data = _load_json_dict(path, "{image_id: [reference, ...]}")
+        for key, value in data.items():
+            refs = _as_refs(value)
+            if refs is None:
+                raise InputError(f"{path}: id {key!r}", "references must be a string or a list of strings", got=value)
+            out[str(key)] = refs
+        return out
+    _check_suffix(path, "--refs")
+    for where, row in _rows(path, required=("refs",)):
+        if isinstance(row, str):
+            raise InputError(where, row)
+        key = row.get("image", row.get("id"))
+        refs = _as_refs(row["refs"], csv_cell=path.suffix.lower() == ".csv")
+        if key is None or refs is None:
+            raise InputError(where, "a references row needs 'image' (or 'id') and 'refs' (strings)", got=row)
+        if str(key) in out:
+            raise InputError(where, f"duplicate references for {key!r}")
+        out[str(key)] = refs
+    return out
+
+
+def _as_refs(value, *, csv_cell: bool = False) -> tuple[str, ...] | None:
+    if csv_cell and isinstance(value, str) and value.lstrip().startswith("["):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(r, str) for r in value):
+        return tuple(value)
+    return None
+
+
+# ------------------------------------------------------------------------------------ captions
+def read_captions(
+    path: str | os.PathLike,
+    *,
+    images: ImageIndex,
+    refs: Mapping[str, tuple[str, ...]] | None = None,
+    system: str | None = None,
+) -> Iterator[Item]:
+    """Yield one :class:`Record` (or :class:`BadItem`) per caption of ``path``, lazily.
+
+    ``system`` defaults to the file stem; a ``system`` column overrides it per row.
+    ``refs`` (from ``--refs``) are looked up by image id; a ``refs`` column wins.
+    Raises :class:`InputError` at once for whole-file problems.
+    """
+    path = Path(path).expanduser()
+    system = path.stem if system is None else system
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return _read_json_captions(path, images, refs, system)
+    _check_suffix(path, "--captions")
+    return _read_row_captions(path, images, refs, system)
+
+
+def _read_json_captions(path, images, refs, system) -> Iterator[Item]:
+    pairs = _load_json_dict(path, "{image_id: caption}", pairs=True)  # one object: loading it whole is fine
+
+    def gen():
+        seen: set[str] = set()
+        for key, caption in pairs:
+            key = str(key)
+            where = f"{path}: id {key!r}"
+            img = images.by_id.get(key)
+            if key in seen:
+                yield BadItem(key, str(img or ""), _text(caption), system, where, "duplicate id")
+                continue
+            seen.add(key)
+            if img is None:
+                yield BadItem(key, "", _text(caption), system, where,
+                              f"caption without image: no image with id {key!r} in {images.source}")
+                continue
+            yield Record.make(key, img, caption, refs.get(key, ()) if refs else (), system=system, source=where)
+
+    return gen()
+
+
+def _read_row_captions(path, images, refs, system) -> Iterator[Item]:
+    rows = _rows(path, required=("image", "caption"))  # raises now on a missing CSV column
+    is_csv = path.suffix.lower() == ".csv"
+
+    def gen():
+        seen: set[str] = set()  # "system\0id": ids are unique per system
+        for n, (where, row) in enumerate(rows, start=1):
+            if isinstance(row, str):  # malformed line
+                yield BadItem(str(n), "", "", system, where, row)
+                continue
+            ident = row.get("id")
+            ident = str(n) if ident is None or ident == "" else str(ident)
+            sys_name = str(row.get("system") or system)
+            caption, image = row.get("caption"), row.get("image")
+            bad = lambda what: BadItem(ident, _text(image), _text(caption), sys_name, where, what)  # noqa: E731
+            missing = [c for c in ("image", "caption") if c not in row]
+            if missing:
+                yield bad(f"missing field {missing[0]!r}; expected fields 'image' and 'caption'")
+                continue
+            key = f"{sys_name}\0{ident}"
+            if key in seen:
+                yield bad(f"duplicate id {ident!r}")
+                continue
+            seen.add(key)
+            if image is None or image == "":
+                yield bad("caption without image (empty 'image')")
+                continue
+            if not isinstance(image, str):
+                yield bad(f"'image' must be a string; got {short_repr(image)}")
+                continue
+            row_refs: tuple[str, ...] = ()
+            if row.get("refs") not in (None, ""):
+                parsed = _as_refs(row["refs"], csv_cell=is_csv)
+                if parsed is None:
+                    yield bad(f"'refs' must be a list of strings; got {short_repr(row['refs'])}")
+                    continue
+                row_refs = parsed
+            elif refs:
+                row_refs = refs.get(image) or refs.get(Path(image).stem) or ()
+            yield Record.make(ident, images.resolve(image), caption, row_refs, system=sys_name, source=where)
+
+    return gen()
+
+
+# ------------------------------------------------------------------------------------ file readers
+def _check_suffix(path: Path, option: str) -> None:
+    if path.suffix.lower() not in CAPTION_FORMATS:
+        raise InputError(str(path), f"unsupported {option} format {path.suffix or '(no suffix)'!r}",
+                         expected="a .json, .jsonl or .csv file")
+
+
+def _open_text(path: Path):
+    try:
+        return open(path, encoding="utf-8", newline="")
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    except OSError as e:
+        raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
+
+
+class _Pairs(list):
+    """A JSON object kept as its (key, value) pairs, so duplicate keys are not silently dropped."""
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
+def _load_json_dict(path: Path, expected: str, *, pairs: bool = False):
+    """Load a top-level JSON object; ``pairs=True`` keeps duplicate keys (as a list of pairs)."""
+    with _open_text(path) as f:
+        try:
+            data = json.load(f, object_pairs_hook=_Pairs)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}:{e.lineno}", f"malformed JSON ({e.msg}, column {e.colno})",
+                             expected=expected) from None
+        except UnicodeDecodeError:
+            raise InputError(str(path), "not UTF-8 text", expected=expected) from None
+    if not isinstance(data, _Pairs):
+        raise InputError(str(path), "wrong JSON shape", expected=expected, got=type(data).__name__)
+    if pairs:
+        return data
+    out = {}
+    for k, v in data:
+        if k in out:
+            raise InputError(str(path), f"duplicate id {k!r}")
+        out[k] = v
+    return out
+
+
+def _rows(path: Path, *, required: tuple[str, ...]) -> Iterator[tuple[str, dict | str]]:
+    """Lazily yield ``("file:line", row)``; ``row`` is a str error message for a malformed line.
+
+    The header of a CSV (or the first row's keys are not checked for JSONL:
+    each JSONL row is checked by the caller) is validated before the first yield.
+    """
+    f = _open_text(path)
+    if path.suffix.lower() == ".csv":
+        reader = csv.DictReader(f)
+        try:
+            header = reader.fieldnames or []
+        except (csv.Error, UnicodeDecodeError) as e:
+            f.close()
+            raise InputError(f"{path}:1", f"unreadable CSV header ({e})") from None
+        missing = [c for c in required if c not in header]
+        if missing:
+            f.close()
+            raise InputError(f"{path}:1", f"missing column {missing[0]!r}",
+                             expected=f"columns {', '.join(required)}", got=header)
+        return _csv_rows(f, reader, path)
+    return _jsonl_rows(f, path)
+
+
+def _csv_rows(f, reader, path):
+    with f:
+        while True:
+            line = reader.line_num + 1  # first physical line of the next record
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except (csv.Error, UnicodeDecodeError) as e:
+                yield f"{path}:{line}", f"malformed CSV ({e})"
+                return  # the reader cannot recover its position reliably
+            if None in row or any(v is None for v in row.values()):
+                yield f"{path}:{line}", f"malformed CSV row: {len(reader.fieldnames)} fields expected"
+                continue
+            yield f"{path}:{line}", row
+
+
+def _jsonl_rows(f, path):
+    with f:
+        lineno = 0
+        while True:
+            try:
+                line = f.readline()
+            except UnicodeDecodeError:
+                yield f"{path}:{lineno + 1}", "not UTF-8 text"
+                return
+            if not line:
+                return
+            lineno += 1
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield where, f"malformed JSON line ({e.msg}, column {e.colno})"
+                continue
+            if not isinstance(row, dict):
+                yield where, f"a JSONL line must be an object; got {short_repr(row)}"
+                continue
+            yield where, row
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else short_repr(value)

@@ -1,0 +1,257 @@
+"""Per-item result writers (JSONL, CSV, Parquet) that survive being killed, and resume.
+
+Rows have the columns of :data:`COLUMNS`. Rows are appended chunk by chunk and
+flushed (and ``fsync``-ed) after each chunk, so a killed run keeps every chunk
+it finished; at most the last line can be cut short.
+
+* JSONL: one JSON object per line. A last line without its newline, or one
+  that does not parse, is cut off when resuming.
+* CSV: ``csv`` module, header first, ``\\n`` line ends, fields quoted when
+  needed (a caption may contain newlines). A record is complete when it ends
+  with a newline outside quotes (an even number of ``"`` so far) and has all
+  columns; anything after the last complete record is cut off when resuming.
+  ``score``/``error`` cells are empty for "none".
+* Parquet cannot be appended to, and a half-written file is unreadable. Rows
+  go to a journal ``OUT.parquet.partial.jsonl`` (the JSONL rules above); when
+  the run finishes, the journal is converted to ``OUT.parquet`` (written to a
+  temporary name, then renamed) and deleted. ``--resume`` continues the
+  journal; an existing complete ``OUT.parquet`` is read back as-is.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from capscore.errors import CapscoreError, InputError
+
+COLUMNS = ("id", "image", "caption", "system", "score", "error")
+FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+
+
+def output_format(path: str | os.PathLike) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise InputError(str(path), f"unsupported --out format {suffix or '(no suffix)'!r}",
+                         expected="a .jsonl, .csv or .parquet file")
+    return FORMATS[suffix]
+
+
+def journal_path(path: Path) -> Path:
+    """Where rows go while a Parquet output is being written."""
+    return path.with_name(path.name + ".partial.jsonl")
+
+
+# ------------------------------------------------------------------------------ repair (pure on bytes)
+def complete_jsonl_prefix(data: bytes) -> int:
+    """Length of the longest prefix of ``data`` made of complete, parseable JSONL lines."""
+    end = 0
+    pos = 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            return end
+        line = data[pos:nl].strip()
+        if line:
+            try:
+                json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return end
+        end = pos = nl + 1
+
+
+def complete_csv_prefix(data: bytes, n_columns: int = len(COLUMNS)) -> int:
+    """Length of the longest prefix of ``data`` made of complete CSV records of ``n_columns`` fields.
+
+    A record ends at a ``\\n`` outside quotes (``"`` count even so far, as the
+    csv module doubles quotes inside quoted fields).
+    """
+    end = 0
+    start = 0
+    quotes = 0
+    pos = 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            return end
+        quotes += data.count(b'"', pos, nl)
+        pos = nl + 1
+        if quotes % 2:
+            continue  # newline inside a quoted field
+        record = data[start:pos]
+        try:
+            fields = next(csv.reader(io.StringIO(record.decode("utf-8"), newline="")))
+        except (csv.Error, UnicodeDecodeError, StopIteration):
+            return end
+        if len(fields) != n_columns:
+            return end
+        end = start = pos
+
+
+# ------------------------------------------------------------------------------ reading rows back
+def _row_from_json(obj: dict, where: str) -> dict:
+    if not isinstance(obj, dict) or any(c not in obj for c in COLUMNS):
+        raise InputError(where, "not a capscore result row", expected=f"fields {', '.join(COLUMNS)}", got=obj)
+    return {c: obj[c] for c in COLUMNS}
+
+
+def _row_from_csv(fields: dict, where: str) -> dict:
+    row = dict(fields)
+    try:
+        row["score"] = float(row["score"]) if row["score"] not in ("", None) else None
+    except ValueError:
+        raise InputError(where, "score is not a number", got=row["score"]) from None
+    row["error"] = row["error"] or None
+    return row
+
+
+def read_rows(path: str | os.PathLike) -> Iterator[dict]:
+    """Lazily read the complete rows of a result file (JSONL, CSV, Parquet, or a Parquet journal)."""
+    path = Path(path)
+    fmt = "jsonl" if path.name.endswith(".partial.jsonl") else output_format(path)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=8192):
+            for row in batch.to_pylist():
+                yield {c: row.get(c) for c in COLUMNS}
+        return
+    # streamed as-is: open_writer's repair step has already cut an incomplete last record off
+    with open(path, encoding="utf-8", newline="") as f:
+        if fmt == "jsonl":
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    yield _row_from_json(json.loads(line), f"{path}:{n}")
+        else:
+            reader = csv.DictReader(f)
+            if tuple(reader.fieldnames or ()) != COLUMNS:
+                raise InputError(f"{path}:1", "not a capscore result file", expected=",".join(COLUMNS),
+                                 got=reader.fieldnames)
+            for row in reader:
+                yield _row_from_csv(row, f"{path}:{reader.line_num}")
+
+
+# ------------------------------------------------------------------------------ writers
+class RowWriter:
+    """Append rows to ``path``; ``close()`` finishes the file. Use :func:`open_writer`."""
+
+    def __init__(self, path: Path, fmt: str, *, existing: bool):
+        self.path = path
+        self.format = fmt
+        self.file_path = journal_path(path) if fmt == "parquet" else path
+        self._f = open(self.file_path, "a", encoding="utf-8", newline="")
+        self._csv = csv.writer(self._f, lineterminator="\n") if fmt == "csv" else None
+        if self._csv is not None and not existing:
+            self._csv.writerow(COLUMNS)
+            self._flush()
+
+    def write(self, rows: Iterable[dict]) -> None:
+        """Append rows and flush them to disk (call once per chunk)."""
+        for row in rows:
+            score = row["score"]
+            if score is not None and not math.isfinite(score):
+                raise ValueError(f"non-finite score in row {row['id']!r}")  # a bug, never user input
+            if self._csv is not None:
+                self._csv.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+            else:
+                self._f.write(json.dumps({c: row[c] for c in COLUMNS}, ensure_ascii=False) + "\n")
+        self._flush()
+
+    def _flush(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+
+    def close(self, *, complete: bool = True) -> None:
+        """Close; for Parquet and ``complete``, convert the journal and delete it."""
+        if self._f.closed:
+            return
+        self._f.close()
+        if self.format == "parquet" and complete:
+            _journal_to_parquet(self.file_path, self.path)
+            self.file_path.unlink()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(complete=exc[0] is None)
+
+
+def _journal_to_parquet(journal: Path, out: Path, batch: int = 65536) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema([("id", pa.string()), ("image", pa.string()), ("caption", pa.string()),
+                        ("system", pa.string()), ("score", pa.float64()), ("error", pa.string())])
+    tmp = out.with_name(out.name + ".tmp")
+    with pq.ParquetWriter(tmp, schema) as w:
+        rows: list[dict] = []
+        for row in read_rows(journal):
+            rows.append(row)
+            if len(rows) >= batch:
+                w.write_table(pa.Table.from_pylist(rows, schema=schema))
+                rows = []
+        w.write_table(pa.Table.from_pylist(rows, schema=schema))
+    os.replace(tmp, out)
+
+
+def existing_output(path: Path) -> Path | None:
+    """The file holding rows of an earlier run at ``path`` (journal first), or None when there is none."""
+    if output_format(path) == "parquet":
+        j = journal_path(path)
+        if j.exists():
+            return j
+    if path.exists() and path.stat().st_size > 0:
+        return path
+    return None
+
+
+def repair(path: Path) -> int:
+    """Cut a partial last record off a JSONL/CSV/journal file; returns the number of bytes removed."""
+    data = path.read_bytes()
+    if path.suffix.lower() == ".csv":
+        header_end = data.find(b"\n") + 1
+        if header_end == 0:
+            keep = 0
+        else:
+            keep = header_end + complete_csv_prefix(data[header_end:])
+    else:
+        keep = complete_jsonl_prefix(data)
+    if keep < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+    return len(data) - keep
+
+
+def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False) -> tuple[RowWriter | None, Path | None]:
+    """Prepare ``path`` for writing; returns ``(writer, file with earlier rows or None)``.
+
+    Without ``resume``, an existing non-empty output is refused unless
+    ``overwrite``. With ``resume``, a partial last record is cut off and the
+    earlier rows are returned for the caller to skip (read them with
+    :func:`read_rows` *before* writing). A finished Parquet file cannot be
+    appended: the writer is None and the caller only reads it back.
+    """
+    path = Path(path)
+    fmt = output_format(path)
+    prior = existing_output(path)
+    if prior is not None and not resume:
+        if not overwrite:
+            raise CapscoreError(f"{prior} already exists and is not empty; "
+                                "use --resume to continue that run or --overwrite to replace it")
+        prior.unlink()
+        if fmt == "parquet" and path.exists():
+            path.unlink()
+        prior = None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if prior is not None and prior == path and fmt == "parquet":
+        return None, prior  # finished: nothing to append
+    if prior is not None:
+        repair(prior)
+        if prior.suffix.lower() == ".csv" and prior.stat().st_size == 0:
+            prior = None  # even the header was cut short: start again
+    return RowWriter(path, fmt, existing=prior is not None), prior
