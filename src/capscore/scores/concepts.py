@@ -1,0 +1,92 @@
+"""The concept pool of ABE-CLIP: object words whose phrase encodings estimate binding vectors.
+
+ABE-CLIP's semantic refinement (see :mod:`capscore.scores.abe`) does not measure
+what an attribute does to the caption's own object directly; it averages over
+the ``P`` objects of a *concept pool* that are nearest to that object. The paper
+does not publish its pool, so capscore ships its own:
+
+* **bundled** (default): ``scores/data/concept_pool.txt``, ~300 common depictable
+  object nouns written for capscore (shapes, people, animals, vehicles, street,
+  nature, home, food, clothing, tools). Lower case, singular, one per line; ``#``
+  starts a comment. It works offline and is the same on every machine.
+* **a user file**: the same format (UTF-8, one word or short phrase per line).
+
+Neighbours are chosen by cosine similarity of the backbone's *global* text
+embeddings of the bare words (``Encoder.encode_texts``, so the pool is encoded
+once per backbone and kept in the engine's cache, persistent when the engine
+has an on-disk cache). Ties are broken by the order of the file, so the choice
+is reproducible. The query object itself counts as a neighbour when it is in
+the pool (it is then its own nearest neighbour).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from capscore.errors import CapscoreError, InputError
+
+BUNDLED_POOL = Path(__file__).parent / "data" / "concept_pool.txt"
+
+
+@dataclass(frozen=True)
+class ConceptPool:
+    """Words of a concept pool, where they came from, and a content hash (for records)."""
+
+    words: tuple[str, ...]
+    source: str
+    sha: str
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+
+def parse_pool(text: str, *, source: str) -> ConceptPool:
+    """Pool file contents -> :class:`ConceptPool` (comments and blanks skipped, lower-cased, deduplicated)."""
+    words: list[str] = []
+    seen: set[str] = set()
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip().lower()
+        if not line:
+            continue
+        if "\t" in line:
+            raise InputError(f"{source}:{lineno}", "a concept must be a word or short phrase, one per line", got=raw)
+        line = " ".join(line.split())
+        if line not in seen:
+            seen.add(line)
+            words.append(line)
+    if not words:
+        raise InputError(source, "concept pool is empty", expected="one object word per line")
+    sha = hashlib.sha256("\n".join(words).encode()).hexdigest()[:12]
+    return ConceptPool(tuple(words), source, sha)
+
+
+@lru_cache(maxsize=16)
+def _load_cached(path: str, mtime_ns: int) -> ConceptPool:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(path, "concept pool is not UTF-8 text") from None
+    return parse_pool(text, source=path)
+
+
+def load_concept_pool(path: str | Path | None = None) -> ConceptPool:
+    """The bundled pool (``path=None``) or a user file; cached per (path, modification time)."""
+    p = Path(path).expanduser() if path is not None else BUNDLED_POOL
+    if not p.is_file():
+        raise CapscoreError(f"concept pool file not found: {p}")
+    return _load_cached(str(p.resolve()), p.stat().st_mtime_ns)
+
+
+def nearest_concepts(queries: torch.Tensor, pool_vectors: torch.Tensor, *, p: int) -> torch.Tensor:
+    """Indices (Q, min(p, C)) of the ``p`` pool rows most cosine-similar to each query row.
+
+    ``queries`` (Q, D) and ``pool_vectors`` (C, D) are L2-normalised. Ties go to the
+    earlier pool entry (a stable sort), so the result does not depend on hardware.
+    """
+    sims = queries @ pool_vectors.T  # (Q, C)
+    order = torch.sort(-sims, dim=1, stable=True).indices
+    return order[:, : min(p, pool_vectors.shape[0])]
