@@ -1,0 +1,433 @@
+"""OpenAI-format CLIP checkpoints: OpenAI CLIP state dicts, PAC-S, PAC++ and LongCLIP.
+
+``ckpt:PATH`` (or a bare ``PATH.pt|.pth|.bin|.safetensors``) loads a state dict
+in the OpenAI CLIP key layout (``visual.conv1.weight``, ``transformer.resblocks.*``,
+``token_embedding.weight``, ``positional_embedding``, ``text_projection`` ...),
+builds the matching ``open_clip.CLIP`` in float32 and wraps it in
+:class:`~capscore.backbones.openclip.OpenClipBackbone` (family ``openai-ckpt``),
+so patch tokens, per-token features and pad-to-longest batching all work.
+
+How the checkpoints we target are written (read from the reference code):
+
+* PAC-S (aimagelab/pacscore, ``compute_metrics.py``): ``torch.load(path)['state_dict']``
+  loaded into OpenAI's ``clip`` model (ViT-B/32) or into open_clip's ViT-L-14 —
+  both use this key layout. Its open_clip ViT-L-14 is a LAION model trained with
+  plain GELU, so load it with ``#arch=ViT-L-14`` (see below).
+* PAC++ (same repository, ``models/clip_lora``): the same wrapper, plus LoRA
+  factors ``*.lora_A`` / ``*.lora_B`` (``attn.in_proj_weight_lora_A/B`` for the
+  fused q/k/v projection). Their forward pass adds ``(B @ A) * lora_alpha / r``
+  to each frozen weight, with ``lora_alpha = 1`` (loralib's default, which
+  PAC++ does not change). We merge the factors into the weights on load with
+  the same formula; ``lora_alpha`` is a parameter.
+* LongCLIP (beichenzbc/Long-CLIP, ``model/longclip.py``): a plain state dict
+  whose ``positional_embedding`` and ``positional_embedding_res`` both have 248
+  rows; the text tower reads rows < 20 from the first and rows >= 20 from the
+  second. We merge them with :func:`capscore.backbones.longclip.merge_long_positional`.
+* Training wrappers we tolerate: ``{'state_dict': ...}``, ``{'model': ...}``,
+  ``{'model_state_dict': ...}``, ``{'module': ...}``, and key prefixes
+  ``module.`` (DistributedDataParallel), ``_orig_mod.`` (torch.compile) and
+  ``model.`` when every key carries them.
+
+Loading is safe by construction: ``torch.load(weights_only=True)`` or
+safetensors only. OpenAI's original TorchScript ``.pt`` archives need
+``torch.jit.load`` and are refused with a hint (use ``ViT-B-32/openai``).
+
+Architecture choices the state dict cannot tell us:
+
+* attention heads: taken from a registered open_clip architecture with exactly
+  these shapes when one exists (e.g. ``capscore-test-tiny``), else OpenAI's
+  rule ``width // 64`` (what OpenAI's, PAC-S' and LongCLIP's ``build_model`` use);
+* activation: QuickGELU (OpenAI CLIP and everything fine-tuned from it).
+  Override both with spec options after ``#``:
+  ``ckpt:PATH#arch=ViT-L-14`` builds that open_clip architecture (its heads,
+  activation and all) and loads the weights into it strictly;
+  ``ckpt:PATH#quick_gelu=0`` switches the activation only.
+
+Context length comes from ``positional_embedding`` (77, or 248 for LongCLIP).
+``context_length=248`` on a 77-position model applies LongCLIP's
+knowledge-preserved stretch (:func:`~capscore.backbones.longclip.stretch_positional_embedding`),
+not plain interpolation; a shorter context slices the table (exact for
+captions that fit, CLIP's text mask is causal).
+
+Images are preprocessed as OpenAI CLIP does: bicubic resize of the short side
+to the checkpoint's resolution, center crop, OpenAI mean/std.
+"""
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+
+import torch
+
+from capscore.backbones.base import resolve_dtype
+from capscore.backbones.longclip import merge_long_positional, stretch_positional_embedding, stretched_length
+from capscore.errors import CapscoreError, unknown_name
+
+FAMILY = "openai-ckpt"
+WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module")
+STRIP_PREFIXES = ("module.", "_orig_mod.", "model.")
+# Keys a CLIP state dict may carry that are not parameters of open_clip's CLIP.
+EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size", "attn_mask")
+SPEC_OPTIONS = ("arch", "quick_gelu")
+
+
+# --------------------------------------------------------------------------- reading
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """Read a checkpoint file into a flat ``{key: tensor}`` dict (wrappers and prefixes removed).
+
+    Only tensors are accepted: ``torch.load(weights_only=True)`` or safetensors.
+    Raises :class:`CapscoreError` naming the file when it is missing, not a
+    checkpoint, or holds something other than a state dict.
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise CapscoreError(f"{p}: checkpoint file not found")
+    if p.is_dir():
+        raise CapscoreError(f"{p}: is a folder, not a checkpoint file (for a Hugging Face folder use hf:{p})")
+    if p.suffix == ".safetensors":
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            obj = load_file(str(p))
+        except (SafetensorError, OSError, ValueError) as e:
+            raise CapscoreError(f"{p}: not a readable safetensors file ({_first_line(e)})") from None
+    else:
+        obj = _torch_load(p)
+    return unwrap_state_dict(obj, where=str(p))
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:120] if text else type(e).__name__
+
+
+def _torch_load(p: Path):
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # TorchScript dispatch warning; we refuse those below
+            return torch.load(p, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        msg = str(e)
+        if "Weights only load failed" in msg or "weights_only" in msg:
+            raise CapscoreError(
+                f"{p}: holds pickled Python objects besides tensors; capscore loads checkpoints only with "
+                "torch.load(weights_only=True) — re-save just the state dict (or use .safetensors)"
+            ) from None
+        raise CapscoreError(f"{p}: not a PyTorch checkpoint ({_first_line(e)})") from None
+    except RuntimeError as e:
+        if "TorchScript" in str(e):
+            raise CapscoreError(
+                f"{p}: is a TorchScript archive (OpenAI's original JIT file), which cannot be loaded safely; "
+                "use the open_clip tag instead, e.g. --model ViT-B-32/openai"
+            ) from None
+        raise CapscoreError(f"{p}: not a PyTorch checkpoint ({_first_line(e)})") from None
+    except Exception as e:  # noqa: BLE001  (a garbled file fails anywhere inside the unpickler)
+        raise CapscoreError(f"{p}: not a PyTorch checkpoint ({type(e).__name__}: {_first_line(e)})") from None
+
+
+def unwrap_state_dict(obj: object, *, where: str) -> dict[str, torch.Tensor]:
+    """Peel training wrappers (``{'state_dict': ...}`` etc.) and whole-dict key prefixes."""
+    for _ in range(3):  # e.g. {'model': {'state_dict': ...}}
+        if isinstance(obj, dict) and not _looks_like_state_dict(obj):
+            inner = next((obj[k] for k in WRAPPER_KEYS if isinstance(obj.get(k), dict)), None)
+            if inner is None:
+                break
+            obj = inner
+    if not isinstance(obj, dict) or not obj:
+        raise CapscoreError(f"{where}: not a state dict; expected a dict of tensors, got {type(obj).__name__}")
+    sd = {k: v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if not sd:
+        keys = ", ".join(list(map(str, obj))[:5])
+        raise CapscoreError(f"{where}: holds no tensors; top-level keys: {keys}")
+    changed = True
+    while changed:
+        changed = False
+        for prefix in STRIP_PREFIXES:
+            if all(k.startswith(prefix) for k in sd):
+                sd = {k[len(prefix):]: v for k, v in sd.items()}
+                changed = True
+    return sd
+
+
+def _looks_like_state_dict(d: dict) -> bool:
+    return bool(d) and sum(isinstance(v, torch.Tensor) for v in d.values()) >= max(1, len(d) // 2)
+
+
+# --------------------------------------------------------------------------- surgery
+def merge_lora(state_dict: dict[str, torch.Tensor], *, lora_alpha: float = 1.0) -> dict[str, torch.Tensor]:
+    """Fold LoRA factors into their weights: ``W + (B @ A) · lora_alpha / r`` (PAC++ / loralib).
+
+    Handles loralib's layouts as PAC++ uses them:
+    ``X.lora_A``/``X.lora_B`` beside ``X.weight`` (Linear; Embedding with the
+    product transposed), ``X.conv.weight`` (loralib's ConvLoRA: ``r`` is
+    ``A.shape[0] / kernel_size`` and the product is reshaped to the kernel),
+    and ``X.in_proj_weight_lora_A/B`` beside ``X.in_proj_weight`` (fused q/k/v).
+    A state dict without LoRA keys is returned unchanged.
+    """
+    if not any(k.endswith(("lora_A", "lora_B")) for k in state_dict):
+        return state_dict
+    sd = dict(state_dict)
+    for key_a in [k for k in sd if k.endswith("lora_A")]:
+        key_b = key_a[:-1] + "B"
+        if key_b not in sd:
+            raise CapscoreError(f"LoRA factor {key_a} has no matching {key_b}")
+        a, b = sd.pop(key_a).float(), sd.pop(key_b).float()
+        stem = key_a[: -len("lora_A")]  # "X." or "X.in_proj_weight_"
+        if stem.endswith("_"):
+            target = stem[:-1]  # X.in_proj_weight
+        elif stem + "conv.weight" in sd:
+            target = stem + "conv.weight"
+        else:
+            target = stem + "weight"
+        if target not in sd:
+            raise CapscoreError(f"LoRA factor {key_a} has no base weight {target}")
+        w = sd[target]
+        delta = b @ a
+        if target.endswith("conv.weight"):
+            k = w.shape[-1]
+            r = a.shape[0] // k
+            delta = delta.view(w.shape)
+        else:
+            r = a.shape[0]
+            if delta.shape != w.shape and delta.T.shape == w.shape:
+                delta = delta.T  # loralib's Embedding stores A (r, num) and B (dim, r)
+        if delta.shape != w.shape:
+            raise CapscoreError(f"LoRA factors {key_a} give shape {tuple(delta.shape)}, weight {target} is {tuple(w.shape)}")
+        merged = (w.float() + delta * (lora_alpha / r)).to(w.dtype)
+        if target.endswith("conv.weight"):
+            del sd[target]
+            target = target[: -len("conv.weight")] + "weight"
+        sd[target] = merged
+    return sd
+
+
+def _check_openai_layout(sd: dict, where: str) -> None:
+    required = ("positional_embedding", "token_embedding.weight", "ln_final.weight", "text_projection")
+    missing = [k for k in required if k not in sd]
+    if not missing and any(k.startswith("visual.") for k in sd):
+        return
+    if any(k.startswith(("text_model.", "vision_model.")) for k in sd):
+        hint = "; it looks like Hugging Face CLIPModel weights: load their folder with hf:DIR"
+    else:
+        hint = "; first keys: " + ", ".join(list(sd)[:4])
+    raise CapscoreError(f"{where}: not an OpenAI-format CLIP state dict (missing {missing[0] if missing else 'visual.*'}){hint}")
+
+
+def infer_config(sd: dict[str, torch.Tensor]) -> dict:
+    """Architecture from tensor shapes, following OpenAI's ``build_model`` (heads left to the caller)."""
+    if "visual.proj" in sd:
+        width = sd["visual.conv1.weight"].shape[0]
+        layers = len({k.split(".")[3] for k in sd if k.startswith("visual.transformer.resblocks.")})
+        patch = sd["visual.conv1.weight"].shape[-1]
+        grid = round((sd["visual.positional_embedding"].shape[0] - 1) ** 0.5)
+        mlp = sd["visual.transformer.resblocks.0.mlp.c_fc.weight"].shape[0] / width
+        vision = dict(layers=layers, width=width, patch_size=patch, image_size=patch * grid, mlp_ratio=mlp)
+    else:
+        counts = [len({k.split(".")[2] for k in sd if k.startswith(f"visual.layer{b}.")}) for b in (1, 2, 3, 4)]
+        if not all(counts):
+            raise CapscoreError("state dict has neither a ViT (visual.proj) nor a ModifiedResNet (visual.layer1..4) image tower")
+        out = round((sd["visual.attnpool.positional_embedding"].shape[0] - 1) ** 0.5)
+        vision = dict(layers=tuple(counts), width=sd["visual.layer1.0.conv1.weight"].shape[0], image_size=out * 32)
+    text_width = sd["ln_final.weight"].shape[0]
+    text = dict(
+        context_length=sd["positional_embedding"].shape[0],
+        vocab_size=sd["token_embedding.weight"].shape[0],
+        width=text_width,
+        layers=len({k.split(".")[2] for k in sd if k.startswith("transformer.resblocks.")}),
+        mlp_ratio=sd["transformer.resblocks.0.mlp.c_fc.weight"].shape[0] / text_width,
+    )
+    return dict(embed_dim=sd["text_projection"].shape[1], vision_cfg=vision, text_cfg=text)
+
+
+def _registered_heads(cfg: dict) -> tuple[int, int] | None:
+    """Heads of a registered open_clip architecture with exactly these shapes, if one (set) matches."""
+    import open_clip
+
+    import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs)
+
+    found = set()
+    for name in open_clip.list_models():
+        c = open_clip.get_model_config(name) or {}
+        v, t = c.get("vision_cfg", {}), c.get("text_cfg", {})
+        if "timm_model_name" in v or "hf_model_name" in t or c.get("embed_dim") != cfg["embed_dim"]:
+            continue
+        mine_v, mine_t = cfg["vision_cfg"], cfg["text_cfg"]
+        same_v = all(v.get(k, d) == mine_v.get(k) for k, d in
+                     [("layers", 12), ("width", 768), ("patch_size", 16), ("image_size", 224)] if k in mine_v)
+        same_t = all(t.get(k, d) == mine_t[k] for k, d in [("width", 512), ("layers", 12), ("vocab_size", 49408)])
+        if same_v and same_t:
+            vh = mine_v["width"] // v.get("head_width", 64)
+            found.add((vh, t.get("heads", 8)))
+    return found.pop() if len(found) == 1 else None
+
+
+def build_clip(
+    sd: dict[str, torch.Tensor],
+    *,
+    where: str,
+    arch: str | None = None,
+    quick_gelu: bool | None = None,
+    context_length: int | None = None,
+) -> torch.nn.Module:
+    """An ``open_clip.CLIP`` in float32 holding exactly the weights of ``sd`` (strict load).
+
+    ``context_length`` must be the checkpoint's own, LongCLIP's stretch of it
+    (77 -> 248), or anything shorter (the table is sliced).
+    """
+    import open_clip
+    from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
+
+    sd = merge_long_positional(sd)
+    sd = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if k not in EXTRA_KEYS}
+    n = sd["positional_embedding"].shape[0]
+    ctx = n if context_length is None else int(context_length)
+    if ctx != n:
+        if ctx == stretched_length(n):
+            sd["positional_embedding"] = stretch_positional_embedding(sd["positional_embedding"])
+        elif 2 <= ctx < n:
+            sd["positional_embedding"] = sd["positional_embedding"][:ctx].clone()
+        else:
+            raise CapscoreError(
+                f"{where}: cannot give a {n}-position text tower a context of {ctx}; "
+                f"use {n}, less, or {stretched_length(n)} (LongCLIP's knowledge-preserved stretch)"
+            )
+    cfg = infer_config(sd)
+    with torch.random.fork_rng(devices=[]):  # construction draws random init we overwrite; keep callers' RNG intact
+        if arch is not None:
+            if arch not in open_clip.list_models():
+                raise unknown_name("open_clip architecture", arch, open_clip.list_models())
+            model = open_clip.create_model(arch, pretrained=None, force_context_length=ctx,
+                                           **({} if quick_gelu is None else {"force_quick_gelu": quick_gelu}))
+        else:
+            heads = _registered_heads(cfg)
+            v, t = cfg["vision_cfg"], cfg["text_cfg"]
+            if heads is None:
+                heads = (max(1, v["width"] // 64), max(1, t["width"] // 64))  # OpenAI's rule
+            if isinstance(v["layers"], int):
+                v["head_width"] = v["width"] // heads[0]
+            t["heads"] = heads[1]
+            model = CLIP(cfg["embed_dim"], vision_cfg=CLIPVisionCfg(**v), text_cfg=CLIPTextCfg(**t),
+                         quick_gelu=True if quick_gelu is None else quick_gelu)
+    model = model.float()
+    try:
+        missing, unexpected = model.load_state_dict(sd, strict=False)
+    except RuntimeError as e:
+        shapes = re.findall(r"size mismatch for ([\w.]+)", str(e))
+        raise CapscoreError(f"{where}: weights do not fit the architecture (size mismatch for {', '.join(shapes[:3])})") from None
+    missing = [k for k in missing if k != "logit_bias"]
+    if missing or unexpected:
+        what = f"missing {missing[:3]}" if missing else f"unexpected {unexpected[:3]}"
+        raise CapscoreError(f"{where}: weights do not fit the architecture ({what})")
+    return model.eval()
+
+
+def openai_preprocess(image_size: int):
+    """OpenAI CLIP's eval transform: bicubic resize (short side), center crop, RGB, OpenAI mean/std."""
+    from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
+    from open_clip.transform import image_transform
+
+    return image_transform(image_size, is_train=False, mean=OPENAI_DATASET_MEAN, std=OPENAI_DATASET_STD,
+                           resize_mode="shortest", interpolation="bicubic")
+
+
+def parse_spec_options(rest: str) -> tuple[str, dict[str, str]]:
+    """``PATH#key=value,key=value`` -> (PATH, options). Keys: ``arch``, ``quick_gelu``."""
+    path, sep, tail = rest.rpartition("#") if "#" in rest else (rest, "", "")
+    opts: dict[str, str] = {}
+    if sep:
+        for item in filter(None, tail.split(",")):
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise CapscoreError(f"ckpt option {item!r} must look like key=value (after '#' in {rest!r})")
+            if key not in SPEC_OPTIONS:
+                raise unknown_name("ckpt option", key, SPEC_OPTIONS)
+            opts[key] = value
+    return path, opts
+
+
+def _bool(value: str, name: str) -> bool:
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise CapscoreError(f"ckpt option {name} must be 0 or 1; got {value!r}")
+
+
+# --------------------------------------------------------------------------- the adapter
+def load_openai_checkpoint(
+    rest: str,
+    *,
+    spec: str,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    seed: int = 0,
+    context_length: int | None = None,
+    arch: str | None = None,
+    quick_gelu: bool | None = None,
+    lora_alpha: float = 1.0,
+):
+    """``ckpt:PATH[#arch=NAME,quick_gelu=0|1]`` -> :class:`OpenClipBackbone` (family ``openai-ckpt``).
+
+    ``seed`` is unused (all weights come from the file); it is accepted for the
+    registry's uniform call. See the module docstring for every choice made.
+    """
+    import open_clip
+
+    from capscore.backbones.openclip import OpenClipBackbone
+
+    path, opts = parse_spec_options(rest)
+    arch = opts.get("arch", arch)
+    if "quick_gelu" in opts:
+        quick_gelu = _bool(opts["quick_gelu"], "quick_gelu")
+    where = str(Path(path).expanduser())
+    sd = read_state_dict(path)
+    sd = merge_lora(sd, lora_alpha=lora_alpha)
+    _check_openai_layout(sd, where)
+    model = build_clip(sd, where=where, arch=arch, quick_gelu=quick_gelu, context_length=context_length)
+    ctx = int(model.positional_embedding.shape[0])
+    image_size = model.visual.image_size
+    image_size = image_size[0] if isinstance(image_size, (tuple, list)) else int(image_size)
+    tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=ctx)
+    bb = OpenClipBackbone(model, openai_preprocess(image_size), tokenizer, spec=spec, family=FAMILY)
+    return bb.to(device, resolve_dtype(dtype))
+
+
+# --------------------------------------------------------------------------- writing
+def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain") -> Path:
+    """Write a backbone's open_clip CLIP as an OpenAI-format state dict (float32).
+
+    ``layout``: ``"plain"`` (the bare state dict, as LongCLIP and OpenAI CLIP
+    fine-tunes save it), ``"pacs"`` (``{'state_dict': ...}``, as PAC-S loads it)
+    or ``"longclip"`` (also splits the positional table into
+    ``positional_embedding`` / ``positional_embedding_res``). ``.safetensors``
+    paths are written with safetensors (``pacs`` layout is not possible there).
+    Reloads with ``ckpt:PATH`` to the same vectors.
+    """
+    from capscore.backbones.longclip import split_long_positional
+
+    if layout not in ("plain", "pacs", "longclip"):
+        from capscore.errors import param_error
+
+        raise param_error("layout", "save_openai_checkpoint", "one of 'plain', 'pacs', 'longclip'", layout)
+    model = backbone.model
+    if not hasattr(model, "positional_embedding") or not hasattr(model, "visual"):
+        raise CapscoreError(f"{backbone.spec}: only open_clip CLIP models (standard text tower) can be saved in OpenAI format")
+    sd = {k: v.detach().float().cpu().contiguous() if v.is_floating_point() else v.detach().cpu().contiguous()
+          for k, v in model.state_dict().items() if k != "logit_bias"}
+    if layout == "longclip":
+        sd = split_long_positional(sd)
+    p = Path(path).expanduser()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if p.suffix == ".safetensors":
+        if layout == "pacs":
+            raise CapscoreError(f"{p}: the 'pacs' layout wraps the dict and needs a .pt/.pth file")
+        from safetensors.torch import save_file
+
+        save_file(sd, str(p))
+    else:
+        torch.save({"state_dict": sd} if layout == "pacs" else sd, p)
+    return p
