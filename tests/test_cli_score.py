@@ -1,0 +1,284 @@
+"""`capscore score` end to end on capscore-test-tiny: every input shape, every bad input, resume.
+
+Expected scores are recomputed here with open_clip alone (same random init:
+``torch.manual_seed(0)`` then ``create_model_and_transforms``), full 77-token
+padding, and the CLIPScore formulas written out by hand.
+"""
+import csv
+import json
+
+import numpy as np
+import open_clip
+import pandas as pd
+import pytest
+import torch
+from PIL import Image
+
+import capscore.backbones.openclip  # noqa: F401  (registers the capscore-test-tiny config with open_clip)
+from capscore.cli import main
+
+MODEL = "capscore-test-tiny"
+PREFIX = "A photo depicts "
+
+
+@pytest.fixture(scope="module")
+def ref_model():
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model, _, preprocess = open_clip.create_model_and_transforms(MODEL, pretrained=None)
+    return model.eval(), preprocess, open_clip.get_tokenizer(MODEL)
+
+
+def ref_cos(ref_model, image_paths, texts):
+    model, preprocess, tok = ref_model
+    with torch.no_grad():
+        im = model.encode_image(torch.stack([preprocess(Image.open(p).convert("RGB")) for p in image_paths]))
+        tx = model.encode_text(tok(list(texts)))
+    im = im / im.norm(dim=-1, keepdim=True)
+    tx = tx / tx.norm(dim=-1, keepdim=True)
+    return (im * tx).sum(-1).numpy().astype(np.float64)
+
+
+def ref_text_sim(ref_model, cands, refs):
+    """max_r cos(candidate, r), clamped at 0, per candidate."""
+    model, _, tok = ref_model
+    with torch.no_grad():
+        c = torch.nn.functional.normalize(model.encode_text(tok(list(cands))), dim=-1)
+        rs = [torch.nn.functional.normalize(model.encode_text(tok(list(r))), dim=-1) for r in refs]
+    return np.array([max(float((c[i] @ rs[i].T).max()), 0.0) for i in range(len(cands))])
+
+
+def hmean(a, b):
+    return np.where(a + b > 0, 2 * a * b / np.where(a + b > 0, a + b, 1), 0.0)
+
+
+def score(tmp_path, *args, quiet=True):
+    cache = [] if "--no-cache" in args else ["--cache-dir", tmp_path / "cache"]
+    argv = (["-q"] if quiet else []) + ["score", "--model", MODEL, *cache, *args]
+    return main([str(a) for a in argv])
+
+
+def rows(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def one_line_error(capsys, *needles):
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("capscore: error: ") and "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def data(tmp_path, make_images):
+    paths = make_images(4)
+    caps = {f"img{i}": f"a {c} square" for i, c in enumerate(["red", "green", "blue", "noisy"])}
+    (tmp_path / "sysA.json").write_text(json.dumps(caps))
+    (tmp_path / "sysB.json").write_text(json.dumps({k: v.replace("square", "circle") for k, v in caps.items()}))
+    refs = {f"img{i}": [f"reference {i}", "a colourful pattern"] for i in range(4)}
+    (tmp_path / "refs.json").write_text(json.dumps(refs))
+    return paths, caps, refs
+
+
+def test_json_shape_clip_s_matches_open_clip_by_hand(tmp_path, data, ref_model, capsys):
+    paths, caps, _ = data
+    out = tmp_path / "o.jsonl"
+    assert score(tmp_path, "--images", paths[0].parent, "--captions", tmp_path / "sysA.json", "--out", out) == 0
+    got = rows(out)
+    assert [r["id"] for r in got] == list(caps) and all(r["system"] == "sysA" and r["error"] is None for r in got)
+    cos = ref_cos(ref_model, paths, [PREFIX + c for c in caps.values()])
+    expected = 2.5 * np.clip(cos, 0, None)
+    np.testing.assert_allclose([r["score"] for r in got], expected, atol=1e-5)
+    summary = json.loads((tmp_path / "o.jsonl.summary.json").read_text())
+    assert summary["status"] == "complete" and summary["count"] == 4 and summary["skipped"] == 0
+    assert summary["mean"] == pytest.approx(expected.mean(), abs=1e-5)
+    assert "4 scored, 0 skipped" in capsys.readouterr().out
+
+
+def test_refclip_s_with_two_systems_gives_system_means(tmp_path, data, ref_model, capsys):
+    paths, caps, refs = data
+    out = tmp_path / "o.csv"
+    assert score(tmp_path, "--images", paths[0].parent, "--captions", tmp_path / "sysA.json", tmp_path / "sysB.json",
+                 "--refs", tmp_path / "refs.json", "--metric", "refclip-s", "--prefix", "", "--out", out) == 0
+    df = pd.read_csv(out, keep_default_na=False)
+    assert df["system"].tolist() == ["sysA"] * 4 + ["sysB"] * 4
+    expected = {}
+    for system in ("sysA", "sysB"):
+        texts = json.loads((tmp_path / f"{system}.json").read_text())
+        c = 2.5 * np.clip(ref_cos(ref_model, paths, list(texts.values())), 0, None)
+        h = hmean(c, ref_text_sim(ref_model, list(texts.values()), [refs[k] for k in texts]))
+        np.testing.assert_allclose(df[df.system == system]["score"].to_numpy(float), h, atol=1e-5)
+        expected[system] = h.mean()
+    summary = json.loads((tmp_path / "o.csv.summary.json").read_text())
+    assert summary["systems"] == pytest.approx(expected, abs=1e-5)
+    assert summary["prefix"] == ""
+    printed = capsys.readouterr().out
+    assert "sysA" in printed and "sysB" in printed
+
+
+def test_jsonl_csv_manifest_inputs_and_parquet_output(tmp_path, data, ref_model):
+    paths, _, _ = data
+    man = tmp_path / "manifest.csv"
+    with open(man, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "path"])
+        for i, p in enumerate(paths):
+            w.writerow([f"pic{i}", p])
+    jl = tmp_path / "cands.jsonl"
+    jl.write_text("".join(json.dumps({"image": f"pic{i % 4}", "caption": f"thing {i}", "id": f"c{i}"}) + "\n"
+                          for i in range(6)))
+    out = tmp_path / "o.parquet"
+    assert score(tmp_path, "--images", man, "--captions", jl, "--metric", "pac-s", "--out", out) == 0
+    df = pd.read_parquet(out)
+    assert df["id"].tolist() == [f"c{i}" for i in range(6)]
+    cos = ref_cos(ref_model, [paths[i % 4] for i in range(6)], [PREFIX + f"thing {i}" for i in range(6)])
+    np.testing.assert_allclose(df["score"].to_numpy(), 2.0 * np.clip(cos, 0, None), atol=1e-5)  # PAC-S: w = 2
+    # CSV captions with image paths relative to --images, and in-line refs
+    cs = tmp_path / "cands.csv"
+    cs.write_text('image,caption,refs\nimg1.png,"a, b","[""r one"", ""r two""]"\n')
+    out2 = tmp_path / "o2.jsonl"
+    assert score(tmp_path, "--images", paths[0].parent, "--captions", cs, "--metric", "refpac-s", "--out", out2) == 0
+    (row,) = rows(out2)
+    c = 2.0 * np.clip(ref_cos(ref_model, [paths[1]], [PREFIX + "a, b"]), 0, None)
+    t = ref_text_sim(ref_model, [PREFIX + "a, b"], [[PREFIX + "r one", PREFIX + "r two"]])
+    assert row["image"] == str(paths[1]) and row["score"] == pytest.approx(float(hmean(c, t)[0]), abs=1e-5)
+
+
+def write_jsonl(path, items):
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in items))
+    return path
+
+
+BAD_CASES = {
+    "missing image": ({"image": "nope.png", "caption": "x"}, ["bad.jsonl:2", "nope.png", "not found"]),
+    "unreadable image": ({"image": "adir.png", "caption": "x"}, ["bad.jsonl:2", "adir.png", "cannot read"]),
+    "truncated image": ({"image": "cut.png", "caption": "x"}, ["bad.jsonl:2", "cut.png", "truncated"]),
+    "not an image": ({"image": "text.png", "caption": "x"}, ["bad.jsonl:2", "text.png", "not an image"]),
+    "empty caption": ({"image": "img1.png", "caption": "  "}, ["bad.jsonl:2", "empty caption"]),
+    "non-string caption": ({"image": "img1.png", "caption": 42}, ["bad.jsonl:2", "not a string", "42"]),
+    "caption without image": ({"image": "", "caption": "x"}, ["bad.jsonl:2", "caption without image"]),
+    "duplicate id": ({"image": "img1.png", "caption": "x", "id": "first"}, ["bad.jsonl:2", "duplicate id 'first'"]),
+    "malformed line": ('{"image": "img1.png", "caption": ', ["bad.jsonl:2", "malformed JSON line"]),
+    "missing field": ({"image": "img1.png"}, ["bad.jsonl:2", "missing field 'caption'"]),
+}
+
+
+@pytest.fixture
+def bad_images(tmp_path, data):
+    paths, _, _ = data
+    d = paths[0].parent
+    (d / "adir.png").mkdir()
+    (d / "cut.png").write_bytes(paths[0].read_bytes()[:70])
+    (d / "text.png").write_text("hello")
+    return d
+
+
+@pytest.mark.parametrize("case", list(BAD_CASES))
+def test_bad_input_is_one_line_exit_2_and_skip_bad_writes_an_error_row(tmp_path, bad_images, capsys, case):
+    item, needles = BAD_CASES[case]
+    good = {"image": "img0.png", "caption": "fine", "id": "first"}
+    caps = write_jsonl(tmp_path / "bad.jsonl", [good, item, {"image": "img2.png", "caption": "after"}])
+    out = tmp_path / "o.jsonl"
+    assert score(tmp_path, "--images", bad_images, "--captions", caps, "--out", out) == 2
+    one_line_error(capsys, *needles)
+    assert score(tmp_path, "--images", bad_images, "--captions", caps, "--out", out, "--skip-bad", "--overwrite") == 0
+    got = rows(out)
+    assert len(got) == 3 and got[0]["score"] is not None and got[2]["score"] is not None
+    assert got[1]["score"] is None and all(n in got[1]["error"] for n in needles)
+    summary = json.loads((tmp_path / "o.jsonl.summary.json").read_text())
+    assert (summary["count"], summary["skipped"]) == (2, 1)
+
+
+def test_whole_file_errors(tmp_path, data, capsys):
+    paths, _, _ = data
+    d = paths[0].parent
+    (tmp_path / "broken.json").write_text('{"img0": "a",\n"img1": }')
+    assert score(tmp_path, "--images", d, "--captions", tmp_path / "broken.json", "--out", tmp_path / "o.jsonl") == 2
+    one_line_error(capsys, "broken.json:2", "malformed JSON")
+    (tmp_path / "nocol.csv").write_text("image,text\nimg0.png,a\n")
+    assert score(tmp_path, "--images", d, "--captions", tmp_path / "nocol.csv", "--out", tmp_path / "o.jsonl") == 2
+    one_line_error(capsys, "nocol.csv:1", "missing column 'caption'")
+    (tmp_path / "c.json").write_text('{"img0": "a", "ghost": "b"}')
+    assert score(tmp_path, "--images", d, "--captions", tmp_path / "c.json", "--out", tmp_path / "o.jsonl",
+                 quiet=False) == 2
+    err = capsys.readouterr().err
+    assert "c.json: id 'ghost': caption without image" in err and "Traceback" not in err
+    assert score(tmp_path, "--images", d, "--captions", tmp_path / "c.json", "--metric", "refclip-s",
+                 "--out", tmp_path / "p.jsonl", "--skip-bad") == 0
+    assert "needs references" in rows(tmp_path / "p.jsonl")[0]["error"]
+
+
+def test_refuses_to_overwrite_without_resume(tmp_path, data, capsys):
+    paths, _, _ = data
+    out = tmp_path / "o.jsonl"
+    args = ["--images", paths[0].parent, "--captions", tmp_path / "sysA.json", "--out", out]
+    assert score(tmp_path, *args) == 0
+    before = out.read_bytes()
+    assert score(tmp_path, *args) == 2
+    one_line_error(capsys, "o.jsonl already exists", "--resume", "--overwrite")
+    assert out.read_bytes() == before
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "csv"])
+def test_resume_after_kill_equals_uninterrupted_run(tmp_path, make_images, ext):
+    paths = make_images(5)
+    caps = write_jsonl(tmp_path / "caps.jsonl",
+                       [{"image": f"img{i % 5}.png", "caption": f"caption number {i}"} for i in range(23)])
+    full, part = tmp_path / f"full.{ext}", tmp_path / f"part.{ext}"
+    common = ["--images", paths[0].parent, "--captions", caps, "--chunk-size", "4"]
+    assert score(tmp_path, *common, "--out", full, "--no-cache") == 0
+    # a killed run: 3 chunks flushed, then half of the next record
+    data = full.read_bytes()
+    lines = data.split(b"\n")
+    header = 1 if ext == "csv" else 0
+    kept = b"\n".join(lines[: header + 12]) + b"\n" + lines[header + 12][:15]
+    part.write_bytes(kept)
+    (tmp_path / f"part.{ext}.summary.json").write_text(
+        (tmp_path / f"full.{ext}.summary.json").read_text().replace(f"full.{ext}", f"part.{ext}"))
+    assert score(tmp_path, *common, "--out", part, "--resume", "--no-cache") == 0
+    a, b = (pd.read_json(f, lines=True, dtype={"id": str}) if ext == "jsonl" else pd.read_csv(f, dtype={"id": str})
+            for f in (full, part))
+    assert b["id"].tolist() == [str(i) for i in range(1, 24)] == a["id"].tolist()  # none lost, none twice
+    np.testing.assert_allclose(b["score"], a["score"], atol=1e-6)
+    s = json.loads((tmp_path / f"part.{ext}.summary.json").read_text())
+    assert (s["count"], s["resumed_rows"], s["scored_now"]) == (23, 12, 11)
+    assert s["mean"] == pytest.approx(a["score"].mean(), abs=1e-6)
+
+
+def test_resume_after_a_fatal_error_and_a_fix(tmp_path, make_images, capsys):
+    paths = make_images(3)
+    items = [{"image": f"img{i % 3}.png", "caption": f"c {i}"} for i in range(10)]
+    items[7] = {"image": "img1.png", "caption": ""}
+    caps = write_jsonl(tmp_path / "caps.jsonl", items)
+    out = tmp_path / "o.jsonl"
+    common = ["--images", paths[0].parent, "--captions", caps, "--out", out, "--chunk-size", "3"]
+    assert score(tmp_path, *common) == 2
+    one_line_error(capsys, "caps.jsonl:8", "empty caption")
+    assert len(rows(out)) == 6  # the two chunks before the bad one are kept
+    items[7]["caption"] = "c 7"
+    write_jsonl(caps, items)
+    assert score(tmp_path, *common, "--resume") == 0
+    assert [r["id"] for r in rows(out)] == [str(i) for i in range(1, 11)]
+    # resuming with other inputs is refused rather than mixing two runs
+    write_jsonl(caps, [{"image": "img0.png", "caption": "x", "id": "other"}] + items)
+    assert score(tmp_path, *common, "--resume") == 2
+    one_line_error(capsys, "--resume", "inputs changed")
+    assert score(tmp_path, *common[:-2], "--resume", "--metric", "pac-s") == 2
+    one_line_error(capsys, "--resume: metric was 'clip-s'")
+
+
+def test_abe_metric_dispatches_to_the_abe_scorer(tmp_path, data):
+    abe = pytest.importorskip("capscore.scores.abe")
+    paths, caps, _ = data
+    out = tmp_path / "o.jsonl"
+    assert score(tmp_path, "--images", paths[0].parent, "--captions", tmp_path / "sysA.json", "--metric", "abe",
+                 "--out", out) == 0
+    from capscore.backbones import load_backbone
+    from capscore.embed import Encoder
+
+    bb = load_backbone(MODEL, seed=0)
+    expected = abe.make_abe_scorer()(Encoder(bb), paths, list(caps.values()))  # ABE uses no prefix by default
+    np.testing.assert_allclose([r["score"] for r in rows(out)], expected.numpy(), atol=1e-5)
