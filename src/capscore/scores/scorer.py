@@ -81,6 +81,8 @@ def score_records(
                 mask[row, :n] = True
                 k += n
             scores = spec.compute(img, txt, refs, mask)
+        elif not good:  # every item of the chunk was bad: nothing to compute
+            scores = torch.empty(0)
         else:
             scores = spec.compute(img, txt)
         by_index = dict(zip(good, scores.tolist()))
