@@ -1,0 +1,148 @@
+"""Training examples: from user JSONL files or from capscore's synthetic scenes.
+
+One :class:`Example` type carries every field any recipe reads; each recipe
+declares the fields it needs (``Recipe.needs``) and :func:`check_fields` names the
+first example that lacks one.
+
+JSONL format (one object per line; image paths relative to the file's folder):
+
+=================  ====================  ==================================================
+field              recipes               meaning
+=================  ====================  ==================================================
+``image``          all                   image path
+``caption``        all                   the caption (for ``specs``: the long caption)
+``base``           specs                 c_j, a prefix of the caption (e.g. its first sentence)
+``detail``         specs                 d⁺, one detail unit true of the image, appended to ``base``
+``perturbed``      prmcs (fine-tune)     list of perturbed captions (optional: made from
+                                         ``caption`` with the five PR-MCS perturbations)
+``translations``   prmcs (distill)       {"lang": "caption in that language", ...}
+``gen_image``      pacs                  path of an image generated from ``caption``
+``gen_caption``    pacs                  a caption generated for ``image``
+=================  ====================  ==================================================
+"""
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from capscore.embed.images import ImageRef
+from capscore.errors import CapscoreError, InputError
+
+
+@dataclass(frozen=True)
+class Example:
+    image: ImageRef
+    caption: str
+    base: str | None = None
+    detail: str | None = None
+    perturbed: tuple[str, ...] = ()
+    translations: tuple[tuple[str, str], ...] = ()  # (lang, text) pairs
+    gen_image: ImageRef | None = None
+    gen_caption: str | None = None
+    source: str = ""  # file:line or scene id, for errors
+    extra: dict = field(default_factory=dict, compare=False, repr=False)  # e.g. the Scene object
+
+
+def check_fields(examples: list[Example], needs: tuple[str, ...], recipe: str) -> None:
+    if not examples:
+        raise CapscoreError(f"recipe {recipe!r}: no training examples")
+    for ex in examples:
+        for f in needs:
+            if not getattr(ex, f):
+                raise InputError(ex.source or "example", f"recipe {recipe!r} needs field {f!r}", got=getattr(ex, f))
+
+
+def read_jsonl(path: str | Path) -> list[Example]:
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise CapscoreError(f"{path}: training data file not found")
+    root = path.parent
+    out = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(where, f"not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict) or "image" not in row or not isinstance(row.get("caption"), str):
+            raise InputError(where, "needs 'image' (path) and 'caption' (string)", got=row)
+        tr = row.get("translations") or {}
+        if not isinstance(tr, dict):
+            raise InputError(where, "'translations' must be an object {lang: text}", got=tr)
+        pert = row.get("perturbed") or []
+        if isinstance(pert, str) or not all(isinstance(p, str) for p in pert):
+            raise InputError(where, "'perturbed' must be a list of strings", got=pert)
+
+        def img(key):
+            return ImageRef(path=root / row[key], name=f"{where}: {row[key]}") if row.get(key) else None
+
+        out.append(Example(img("image"), row["caption"], row.get("base"), row.get("detail"), tuple(pert),
+                           tuple(sorted(tr.items())), img("gen_image"), row.get("gen_caption"), where))
+    return out
+
+
+def negative_detail(details: list[str], i: int, rng: random.Random, *, shuffle_prob: float = 0.9) -> str:
+    """d⁻ for example ``i`` (SPECS, section 3): the detail unit of another example in the batch,
+    with its words shuffled with probability ``shuffle_prob`` (0.9).
+
+    Open choices: the other example is drawn uniformly from the rest of the batch
+    (a batch of one reuses its own detail); "token" = whitespace-separated word.
+    """
+    others = [j for j in range(len(details)) if j != i] or [i]
+    words = details[rng.choice(others)].split()
+    if rng.random() < shuffle_prob:
+        rng.shuffle(words)
+    return " ".join(words)
+
+
+# ----------------------------------------------------------------------------- scenes
+def scene_examples(n: int, *, seed: int = 0, split: str = "train", size: int = 64,
+                   languages: tuple[str, ...] = (), start: int = 0) -> list[Example]:
+    """Training examples from the synthetic scenes (``capscore.scenes``).
+
+    caption = the long caption; base = its first detail unit; detail = the second
+    (scenes with one unit repeat the short caption as base); translations = the
+    short caption in ``languages``; gen_image = the same scene graph re-rendered with
+    every object moved inside its grid cell (relations unchanged); gen_caption = a
+    paraphrase of the short caption.
+    """
+    from capscore.scenes import generate_scenes
+
+    out = []
+    for sc in generate_scenes(n, seed=seed, split=split, size=size, start=start):
+        units = sc.detail_units()
+        base, detail = (units[0], units[1]) if len(units) > 1 else (sc.short_caption(), units[0])
+        tr = sc.translations() if languages else {}
+        missing = [lang for lang in languages if lang not in tr]
+        if missing:
+            raise CapscoreError(f"scenes have no captions in {missing}; available: {sorted(tr)}")
+        para = sc.paraphrases(n=1)
+        out.append(Example(
+            ImageRef(image=sc.render(), name=sc.id), " ".join(units), base, detail,
+            translations=tuple((lang, tr[lang]) for lang in languages) + (("en", sc.short_caption()),),
+            gen_image=ImageRef(image=rerender(sc), name=sc.id + "/rerendered"),
+            gen_caption=para[0] if para else sc.short_caption(),
+            source=sc.id, extra={"scene": sc},
+        ))
+    return out
+
+
+def rerender(scene, *, jitter: float = 0.6):
+    """The scene re-drawn with each object displaced inside its cell (a new layout of the same graph)."""
+    import numpy as np
+
+    from capscore.scenes.graph import GRID, SceneObject, render_objects
+
+    rng = np.random.default_rng([scene.seed, scene.index, 777])
+    moved = []
+    for o in scene.objects:
+        r = o.radius(scene.size) / scene.size
+        slack = max(0.0, 0.5 / GRID - r) * jitter
+        x = (o.col + 0.5) / GRID + float(rng.uniform(-slack, slack))
+        y = (o.row + 0.5) / GRID + float(rng.uniform(-slack, slack))
+        moved.append(SceneObject(o.shape, o.color, o.size, o.pattern, o.row, o.col, x, y))
+    return render_objects(tuple(moved), scene.size)

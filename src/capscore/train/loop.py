@@ -1,0 +1,327 @@
+"""One small training loop shared by every recipe (nanoGPT style: read it top to bottom).
+
+A recipe supplies ``step_fn(backbone, batch, *, step, state, rng) -> (loss, logs)``;
+this loop owns everything else: the data order, AdamW with warmup + cosine decay,
+gradient accumulation, autocast on CUDA (fp32 on CPU), gradient all-reduce across
+``torchrun`` processes, periodic evaluation, JSONL logs (+ TensorBoard when
+installed and asked for), checkpoints and exact resume.
+
+Exact resume: the data order and every random draw of a micro-batch are functions
+of (seed, micro-batch index) only — the epoch permutation is ``randperm`` seeded
+with ``seed·1000003 + epoch``, the recipe's ``rng`` is ``random.Random(f"{seed}|{k}")``
+— so a checkpoint needs the step counter, the weights, the optimizer moments, the
+recipe state (e.g. SPECS' margin) and the global torch/numpy/python RNG states (for
+anything else that draws, e.g. dropout); all are saved and restored.
+
+Multi-GPU: launch with ``torchrun --nproc-per-node N capscore train ...``. Each
+process takes a 1/N slice of every global micro-batch and gradients are averaged
+with ``all_reduce`` after backward — the same code path as one CPU process
+(world size 1 skips the collective). As in open_clip without ``--gather-with-grad``,
+contrastive losses see the local slice as their batch.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from capscore.backbones.base import Backbone
+from capscore.errors import CapscoreError
+from capscore.train.data import Example
+
+StepFn = Callable[..., tuple[torch.Tensor, dict]]
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 100  # optimizer steps
+    batch_size: int = 16  # examples per micro-batch (global, over all processes)
+    accum: int = 1  # micro-batches per optimizer step
+    lr: float = 1e-5
+    min_lr_ratio: float = 0.0  # cosine decays to lr · min_lr_ratio
+    warmup: int = 10
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-6
+    grad_clip: float | None = None
+    seed: int = 0
+    eval_every: int = 0  # 0: only before and after training
+    ckpt_every: int = 0  # 0: only at the end
+    log_every: int = 1
+    device: str = "cpu"
+    tensorboard: bool = False
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    history: list[dict] = field(default_factory=list)  # one entry per logged step
+    evals: list[dict] = field(default_factory=list)  # {"step": k, **metrics}
+    state: dict = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- helpers
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to ``lr`` over ``warmup`` steps, then cosine to ``lr · min_lr_ratio``."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    t = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def batch_indices(k: int, n: int, cfg: TrainConfig) -> list[int]:
+    """Example indices of global micro-batch ``k``: epochs of a seeded permutation, last partial batch dropped."""
+    per_epoch = n // cfg.batch_size
+    if per_epoch == 0:
+        raise CapscoreError(f"--batch-size {cfg.batch_size} is larger than the {n} training examples")
+    epoch, pos = divmod(k, per_epoch)
+    g = torch.Generator().manual_seed(cfg.seed * 1000003 + epoch)
+    perm = torch.randperm(n, generator=g)
+    return perm[pos * cfg.batch_size : (pos + 1) * cfg.batch_size].tolist()
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices only: not biases, norms, logit_scale, or positional embeddings
+    (the last keeps LongCLIP's frozen rows exactly frozen under AdamW)."""
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        skip = p.ndim < 2 or "logit_scale" in name or "positional_embedding" in name
+        (no_decay if skip else decay).append(p)
+    if not decay and not no_decay:
+        raise CapscoreError("nothing to train: every parameter is frozen")
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def encode_texts(backbone: Backbone, texts: list[str]) -> torch.Tensor:
+    """Texts -> (B, D) joint-space vectors WITH gradients (tokenise, truncate, pad to longest)."""
+    ids = [backbone.truncate(r) for r in backbone.tokenize(texts)]
+    L = max(len(r) for r in ids) if backbone.pad_to_longest_exact else backbone.context_length
+    x = torch.full((len(ids), L), backbone.pad_id, dtype=torch.long)  # (B, L)
+    for i, r in enumerate(ids):
+        x[i, : len(r)] = torch.tensor(r)
+    lengths = torch.tensor([len(r) for r in ids])
+    return backbone.forward_texts(x.to(backbone.device), lengths)[0]
+
+
+class PixelCache:
+    """Preprocessed pixels of training images, computed once (datasets here are small)."""
+
+    def __init__(self, backbone: Backbone, max_items: int = 20000):
+        self.backbone, self.max_items, self._d = backbone, max_items, {}
+
+    def __call__(self, refs) -> torch.Tensor:
+        out = []
+        for ref in refs:
+            key = ref.identity_hint()
+            px = self._d.get(key)
+            if px is None:
+                px = self.backbone.preprocess(ref.load()[1])
+                if len(self._d) < self.max_items:
+                    self._d[key] = px
+            out.append(px)
+        return torch.stack(out).to(self.backbone.device, self.backbone.dtype)  # (B, C, H, W)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def _rng_state() -> tuple[dict, dict]:
+    py = random.getstate()
+    npst = np.random.get_state()
+    meta = {"python": [py[0], list(py[1]), py[2]], "numpy": [npst[0], npst[1].tolist(), *npst[2:]]}
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        tensors["cuda"] = torch.cuda.get_rng_state_all()
+    return meta, tensors
+
+
+def _set_rng_state(meta: dict, tensors: dict) -> None:
+    v, st, g = meta["python"]
+    random.setstate((v, tuple(st), g))
+    name, keys, *rest = meta["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), *rest))
+    torch.set_rng_state(tensors["torch"])
+    if "cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(tensors["cuda"])
+
+
+def save_checkpoint(folder: Path, backbone, optimizer, scaler, step: int, state: dict, cfg: TrainConfig) -> Path:
+    """``folder/step-NNNNNN/``: model.safetensors, state.pt (optimizer + RNG tensors, loads with
+    ``weights_only=True``), trainer.json (step, recipe state, config, python/numpy RNG)."""
+    from safetensors.torch import save_file
+
+    d = folder / f"step-{step:06d}"
+    tmp = folder / f".tmp-step-{step:06d}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in backbone.model.state_dict().items()},
+              str(tmp / "model.safetensors"))
+    meta, tensors = _rng_state()
+    torch.save({"optimizer": optimizer.state_dict(), "rng": tensors,
+                "scaler": scaler.state_dict() if scaler is not None else {}}, tmp / "state.pt")
+    (tmp / "trainer.json").write_text(json.dumps({"step": step, "state": state, "rng": meta, "config": asdict(cfg)}))
+    if d.exists():
+        import shutil
+
+        shutil.rmtree(d)
+    tmp.rename(d)  # a crash mid-write never leaves a half checkpoint under the final name
+    return d
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    found = sorted(folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    return found[-1] if found else None
+
+
+def load_checkpoint(d: Path, backbone, optimizer, scaler, cfg: TrainConfig) -> tuple[int, dict]:
+    from safetensors.torch import load_file
+
+    info = json.loads((d / "trainer.json").read_text())
+    saved = info["config"]
+    for key in ("batch_size", "accum", "seed", "steps", "lr", "warmup"):
+        if saved[key] != asdict(cfg)[key]:
+            raise CapscoreError(f"--resume: {key} was {saved[key]} in {d}, now {asdict(cfg)[key]}; use the same options")
+    backbone.model.load_state_dict(load_file(str(d / "model.safetensors"), device=str(backbone.device)))
+    st = torch.load(d / "state.pt", weights_only=True, map_location=backbone.device)
+    optimizer.load_state_dict(st["optimizer"])
+    if scaler is not None and st["scaler"]:
+        scaler.load_state_dict(st["scaler"])
+    _set_rng_state(info["rng"], {k: (v.cpu() if k == "torch" else v) for k, v in st["rng"].items()})
+    backbone.invalidate_identity()
+    return int(info["step"]), info["state"]
+
+
+# ----------------------------------------------------------------------------- the loop
+def train(
+    backbone: Backbone,
+    step_fn: StepFn,
+    examples: list[Example],
+    cfg: TrainConfig,
+    out: str | Path,
+    *,
+    state: dict | None = None,
+    evaluate: Callable[[Backbone], dict] | None = None,
+    resume: bool = False,
+    stop_after: int | None = None,
+) -> TrainResult:
+    """Train ``backbone.model`` in place; ``stop_after`` ends early (for interruption tests)."""
+    out = Path(out)
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    if world > 1 and not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo")
+    main = rank == 0
+    model = backbone.model
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    cuda = backbone.device.type == "cuda"
+    amp_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if cuda else None
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    state = dict(state or {})
+    start, result = 0, TrainResult(cfg.steps, state=state)
+    ckpts, log_path = out / "checkpoints", out / "log.jsonl"
+    if resume:
+        last = latest_checkpoint(ckpts)
+        if last is None:
+            raise CapscoreError(f"--resume: no checkpoint under {ckpts}")
+        start, state = load_checkpoint(last, backbone, optimizer, scaler, cfg)
+        result.state = state
+        if main and log_path.exists():  # drop lines written after that checkpoint: the log equals an uninterrupted run
+            keep = [ln for ln in log_path.read_text().splitlines() if json.loads(ln)["step"] <= start]
+            log_path.write_text("".join(ln + "\n" for ln in keep))
+    elif main:
+        out.mkdir(parents=True, exist_ok=True)
+        log_path.write_text("")
+    if not resume:
+        torch.manual_seed(cfg.seed)
+    tb = _tensorboard(out) if (cfg.tensorboard and main) else None
+    pixels = PixelCache(backbone)
+
+    def log(entry: dict) -> None:
+        if main:
+            with log_path.open("a") as f:
+                f.write(json.dumps(entry) + "\n")
+            if tb is not None:
+                for k, v in entry.items():
+                    if isinstance(v, (int, float)) and k != "step":
+                        tb.add_scalar(k, v, entry["step"])
+
+    def run_eval(step: int) -> None:
+        if evaluate is None or not main:
+            return
+        model.eval()
+        backbone.invalidate_identity()  # weights changed: never reuse cached vectors
+        metrics = evaluate(backbone)
+        model.train()
+        result.evals.append({"step": step, **metrics})
+        log({"step": step, "eval": metrics})
+
+    if start == 0:
+        run_eval(0)
+    model.train()
+    end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    for step in range(start, end):
+        t0 = time.perf_counter()
+        lr = lr_at(step, cfg)
+        for g in optimizer.param_groups:
+            g["lr"] = lr
+        totals: dict[str, float] = {}
+        for micro in range(cfg.accum):
+            k = step * cfg.accum + micro  # global micro-batch index: fixes data and draws
+            idx = batch_indices(k, len(examples), cfg)[rank::world]
+            batch = [examples[i] for i in idx]
+            rng = random.Random(f"{cfg.seed}|{k}")
+            with torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
+                loss, parts = step_fn(backbone, batch, step=step, state=state, rng=rng, pixels=pixels)
+            loss = loss / cfg.accum
+            (scaler.scale(loss) if scaler is not None else loss).backward()
+            for name, v in {"loss": loss.item() * cfg.accum, **parts}.items():
+                totals[name] = totals.get(name, 0.0) + float(v) / cfg.accum
+        if world > 1:
+            for p in params:
+                if p.grad is not None:
+                    torch.distributed.all_reduce(p.grad)
+                    p.grad /= world
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        if cfg.grad_clip:
+            totals["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if isinstance(getattr(model, "logit_scale", None), torch.nn.Parameter):
+            with torch.no_grad():  # as CLIP and open_clip: temperature at most 100
+                model.logit_scale.clamp_(0, math.log(100))
+        done = step + 1
+        entry = {"step": done, "lr": lr, **totals, "sec": round(time.perf_counter() - t0, 4)}
+        result.history.append(entry)
+        if done % cfg.log_every == 0 or done == cfg.steps:
+            log({k: v for k, v in entry.items() if k != "sec"} | {"sec": entry["sec"]})
+        if cfg.eval_every and done % cfg.eval_every == 0 and done != cfg.steps:
+            run_eval(done)
+        if main and ((cfg.ckpt_every and done % cfg.ckpt_every == 0) or done == cfg.steps):
+            save_checkpoint(ckpts, backbone, optimizer, scaler, done, state, cfg)
+    if end == cfg.steps:
+        run_eval(cfg.steps)
+    model.eval()
+    backbone.invalidate_identity()
+    if tb is not None:
+        tb.close()
+    return result
+
+
+def _tensorboard(out: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        raise CapscoreError("--tensorboard needs the 'tensorboard' package (pip install tensorboard)") from None
+    return SummaryWriter(str(out / "tensorboard"))
