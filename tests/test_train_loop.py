@@ -1,0 +1,137 @@
+"""The shared loop: schedule, data order, each recipe lowers its loss, exact resume, data files."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import warnings
+
+import pytest
+import torch
+
+from capscore.errors import CapscoreError, InputError
+from capscore.train.data import negative_detail, read_jsonl, scene_examples
+from capscore.train.loop import TrainConfig, batch_indices, lr_at, train
+from capscore.train.recipes import get_recipe, make_step, resolve_params
+
+
+def fresh():
+    from capscore.backbones import load_backbone
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_backbone("capscore-test-tiny", seed=0)
+
+
+@pytest.fixture(scope="module")
+def scenes():
+    return scene_examples(8, seed=5, languages=("de", "fr", "es", "ja"))
+
+
+def test_lr_schedule_by_hand():
+    cfg = TrainConfig(steps=12, lr=1.0, warmup=2, min_lr_ratio=0.1)
+    assert lr_at(0, cfg) == 0.5 and lr_at(1, cfg) == 1.0
+    assert lr_at(2, cfg) == pytest.approx(1.0)  # cosine starts at the peak
+    assert lr_at(7, cfg) == pytest.approx(0.1 + 0.9 * 0.5)  # halfway: cos(pi/2) = 0
+    assert lr_at(12, cfg) == pytest.approx(0.1)
+
+
+def test_batch_order_epochs_and_determinism():
+    cfg = TrainConfig(batch_size=3, seed=4)
+    epoch0 = [i for k in range(3) for i in batch_indices(k, 10, cfg)]  # 10 // 3 = 3 batches, 1 dropped
+    assert len(set(epoch0)) == 9
+    assert batch_indices(1, 10, cfg) == batch_indices(1, 10, cfg)
+    assert batch_indices(3, 10, cfg) != batch_indices(0, 10, TrainConfig(batch_size=3, seed=5))
+    with pytest.raises(CapscoreError, match="larger than"):
+        batch_indices(0, 2, cfg)
+
+
+def test_negative_detail_comes_from_another_example():
+    details = ["a red circle", "two blue squares here", "one green star"]
+    rng = random.Random(0)
+    for _ in range(20):
+        d = negative_detail(details, 0, rng, shuffle_prob=0.0)
+        assert d in details[1:]
+    for _ in range(20):
+        d = negative_detail(details, 1, rng, shuffle_prob=1.0)
+        assert sorted(d.split()) in (sorted(details[0].split()), sorted(details[2].split()))
+
+
+@pytest.mark.parametrize("name,sets,part", [
+    ("contrastive", {}, "loss"),
+    ("specs", {}, "loss"),
+    ("pacs", {}, "loss"),
+    ("prmcs", {"distill_steps": "100"}, "distill"),  # stage 1 only
+    ("prmcs", {"distill_steps": "0"}, "loss"),  # stage 2 only
+])
+def test_each_recipe_lowers_its_loss(name, sets, part, scenes, tmp_path):
+    torch.manual_seed(0)
+    bb = fresh()
+    r = get_recipe(name)
+    p = resolve_params(r, sets)
+    state = r.prepare(bb, p)
+    cfg = TrainConfig(steps=8, batch_size=8, lr=2e-3, warmup=1, seed=0)
+    res = train(bb, make_step(r, p), scenes, cfg, tmp_path, state=state)
+    losses = [h[part] for h in res.history]
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < 0.9 * losses[0], losses
+
+
+def run_specs(tmp_path, scenes, *, steps, stop_after=None, resume=False, accum=2):
+    bb = fresh()
+    r = get_recipe("specs")
+    p = resolve_params(r, {})
+    state = r.prepare(bb, p)
+    cfg = TrainConfig(steps=steps, batch_size=4, accum=accum, lr=3e-3, warmup=2, ckpt_every=2, seed=1)
+    res = train(bb, make_step(r, p), scenes, cfg, tmp_path, state=state, stop_after=stop_after, resume=resume)
+    return bb, res
+
+
+def test_resume_after_interruption_equals_uninterrupted_run(tmp_path, scenes):
+    full_bb, full = run_specs(tmp_path / "full", scenes, steps=6)
+    _, part = run_specs(tmp_path / "cut", scenes, steps=6, stop_after=3)  # dies after step 3; last ckpt: step 2
+    assert len(part.history) == 3
+    bb, rest = run_specs(tmp_path / "cut", scenes, steps=6, resume=True)
+    assert [h["step"] for h in rest.history] == [3, 4, 5, 6]
+    assert [h["loss"] for h in rest.history] == [h["loss"] for h in full.history[2:]]
+    assert rest.state == full.state  # SPECS margin carried through the checkpoint
+    a, b = full_bb.model.state_dict(), bb.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    log = [json.loads(x) for x in (tmp_path / "cut" / "log.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in log if "loss" in x] == [1, 2, 3, 4, 5, 6]  # the lost step 3 is not logged twice
+
+
+def test_resume_refuses_changed_options(tmp_path, scenes):
+    run_specs(tmp_path, scenes, steps=2, accum=1)
+    with pytest.raises(CapscoreError, match="batch_size"):
+        bb = fresh()
+        r = get_recipe("contrastive")
+        train(bb, make_step(r, r.params), scenes, TrainConfig(steps=2, batch_size=8, ckpt_every=2, seed=1, warmup=2,
+                                                              lr=3e-3), tmp_path, resume=True)
+
+
+def test_jsonl_reader_and_field_errors(tmp_path, make_images):
+    imgs = make_images(2)
+    f = tmp_path / "train.jsonl"
+    f.write_text(json.dumps({"image": str(imgs[0]), "caption": "a cat", "base": "a cat", "detail": "on a mat",
+                             "translations": {"de": "eine Katze"}}) + "\n\n"
+                 + json.dumps({"image": "images/" + imgs[1].name, "caption": "a dog"}) + "\n")
+    rows = read_jsonl(f)
+    assert rows[0].translations == (("de", "eine Katze"),) and rows[1].image.path == imgs[1]
+    from capscore.train.data import check_fields
+
+    with pytest.raises(InputError, match=r"train.jsonl:3: recipe 'specs' needs field 'base'"):
+        check_fields(rows, ("caption", "base", "detail"), "specs")
+    f.write_text('{"image": "x.png"}\n')
+    with pytest.raises(InputError, match=r"train.jsonl:1: needs 'image'"):
+        read_jsonl(f)
+
+
+def test_resolve_params_types_and_unknown():
+    r = get_recipe("specs")
+    p = resolve_params(r, {"beta": "4", "fixed_margin": "0.2", "stretch": "0"})
+    assert p["beta"] == 4.0 and p["fixed_margin"] == 0.2 and p["stretch"] == 0
+    with pytest.raises(CapscoreError, match="did you mean 'gamma'"):
+        resolve_params(r, {"gama": "1"})
+    with pytest.raises(CapscoreError, match="did you mean 'specs'"):
+        get_recipe("spec")
