@@ -1,0 +1,190 @@
+"""``capscore correlate``: how well metrics agree with human judgments (meta-evaluation).
+
+Two modes:
+
+* ``--dataset NAME --path P --images DIR --model M [M2 ...] --metric clip-s [refclip-s ...]`` scores the
+  dataset with every metric on every backbone (through the persistent embedding cache: adding a metric
+  or a model re-encodes only what is new) and prints one table, rows = metric × backbone, columns =
+  the dataset's conventional statistics;
+* ``--scores FILE`` with ``--human FILE`` (or ``--dataset`` + ``--path``) correlates scores computed
+  elsewhere (a ``capscore score`` output, an LLM judge...) with the human scores, joined on ``id``.
+
+``--out DIR`` writes ``correlate.json`` (every result with its provenance) and ``correlate.csv``.
+See docs/meta.md.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from capscore.errors import CapscoreError
+
+
+def configure(p) -> None:
+    from capscore.meta.datasets import DATASETS
+
+    p.add_argument("--dataset", metavar="NAME", help=f"one of: {', '.join(DATASETS)}")
+    p.add_argument("--path", metavar="P", help="the dataset's file or folder (see docs/meta.md)")
+    p.add_argument("--images", metavar="DIR", help="image root of the dataset")
+    p.add_argument("--split", help="split of a parquet dataset folder (e.g. test, test.desc)")
+    p.add_argument("--coco-captions", metavar="FILE", help="FOIL: COCO captions_val2014.json (references)")
+    p.add_argument("--model", nargs="+", default=[], metavar="M", help="backbone(s), e.g. ViT-B-32/openai")
+    p.add_argument("--metric", nargs="+", default=["clip-s"], metavar="NAME",
+                   help="clip-s, refclip-s, pac-s, refpac-s, mcs (default clip-s)")
+    p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")
+    p.add_argument("--scores", metavar="FILE", help="external scores (JSONL/CSV/Parquet with id and score)")
+    p.add_argument("--human", metavar="FILE", help="human scores (JSONL/CSV with id and score) for --scores")
+    p.add_argument("--score-column", default="score", help="score column of --scores (default score)")
+    p.add_argument("--human-column", default=None, help="score column of --human (default: score/human/"
+                                                        "human_score/rating)")
+    p.add_argument("--id-column", default="id", help="id column of --scores and --human (default id)")
+    p.add_argument("--stats", nargs="+", metavar="STAT",
+                   help="statistics instead of the dataset's conventional ones (rating datasets): tau_b tau_c "
+                        "pearson spearman one_minus_r2 sample_tau_b sample_tau_c system:KIND by_lang:KIND")
+    p.add_argument("--ties", choices=("half", "loss"), help="pairs: a metric tie counts half or as a loss "
+                                                           "(default: half for Pascal-50S, loss for FOIL)")
+    p.add_argument("--ref-sample", type=int, default=5, metavar="K",
+                   help="Pascal-50S: references drawn per pair for reference-based metrics (default 5; 0 = all 48)")
+    p.add_argument("--ref-draws", type=int, default=5, metavar="N", help="Pascal-50S: draws averaged (default 5)")
+    p.add_argument("--scenes", type=int, default=60, metavar="N", help="scenes-oracle: number of scenes")
+    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+                   help="bootstrap resamples for 95%% intervals (default 1000; 0 = none)")
+    p.add_argument("--seed", type=int, default=0, help="seed: ties, reference draws, bootstrap, random init")
+    p.add_argument("--out", metavar="DIR", help="write correlate.json and correlate.csv here")
+    p.add_argument("--export-items", metavar="FILE",
+                   help="write the dataset's items as JSONL (id, image, caption, refs) for `capscore score`, then stop")
+    p.add_argument("--skip-bad", action="store_true", help="count and skip items that cannot be scored")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="default fp32")
+    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="encoder batch size (default 64)")
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore)")
+    cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
+
+
+def _load(args):
+    from capscore.meta.datasets import load_dataset
+
+    opts = {}
+    if args.dataset == "scenes-oracle":
+        opts["n_scenes"] = args.scenes
+    return load_dataset(args.dataset, args.path, args.images, seed=args.seed, split=args.split,
+                        coco_captions=args.coco_captions, **opts)
+
+
+def run(args) -> int:
+    from capscore.meta.evaluate import correlate_scores, export_items, read_human, read_scores
+
+    if args.bootstrap < 0 or args.batch_size < 1 or args.ref_draws < 1 or args.ref_sample < 0:
+        raise CapscoreError("--bootstrap, --ref-sample must be >= 0 and --batch-size, --ref-draws >= 1")
+    if args.export_items:
+        if not args.dataset:
+            raise CapscoreError("--export-items needs --dataset (and --path)")
+        n = export_items(_load(args), args.export_items)
+        print(f"wrote {n} items to {args.export_items}")
+        return 0
+    common = dict(n_resamples=args.bootstrap, seed=args.seed)
+    if args.scores:
+        if args.model:
+            raise CapscoreError("--scores correlates a file of scores; --model is for scoring here (give one or the other)")
+        if bool(args.human) == bool(args.dataset):
+            raise CapscoreError("--scores needs exactly one of --human FILE or --dataset NAME --path P")
+        human = read_human(args.human, column=args.human_column, id_column=args.id_column) if args.human \
+            else _load(args)
+        scores, skipped = read_scores(args.scores, column=args.score_column, id_column=args.id_column)
+        results = [correlate_scores(scores, human, metric_name=f"{Path(args.scores).name}:{args.score_column}",
+                                    columns=args.stats, ties=args.ties, skipped=skipped, source=args.scores,
+                                    **common)]
+    else:
+        if not args.dataset:
+            raise CapscoreError("give --dataset NAME (see `capscore correlate -h`) or --scores FILE")
+        if not args.model:
+            raise CapscoreError("give --model M [M2 ...] (e.g. ViT-B-32/openai), or --scores FILE")
+        results = _score_and_correlate(args, _load(args), common)
+    print(format_table(results))
+    if args.out:
+        json_path, csv_path = write_results(results, args.out)
+        print(f"wrote {json_path} and {csv_path}")
+    return 0
+
+
+def _score_and_correlate(args, ds, common):
+    from capscore.backbones import load_backbone
+    from capscore.embed.cache import EmbeddingCache
+    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.meta.evaluate import evaluate
+    from capscore.scores.clipscore import get_metric
+
+    metrics = [get_metric(m) for m in args.metric]  # unknown names fail before any model loads
+    cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
+    results = []
+    for spec in args.model:
+        backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
+        encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=not getattr(args, "quiet", False))
+        for m in metrics:
+            results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
+                                    ref_sample=args.ref_sample or None, ref_draws=args.ref_draws,
+                                    skip_bad=args.skip_bad, **common))
+    return results
+
+
+# ------------------------------------------------------------------------------------ output
+def _columns(results) -> list[str]:
+    cols: list[str] = []
+    for r in results:
+        for s in r.stats:
+            if s.name not in cols:
+                cols.append(s.name)
+    return cols
+
+
+def format_table(results) -> str:
+    """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100)."""
+    if not results:
+        return "(no results)"
+    cols = _columns(results)
+    head = ["metric", "backbone"] + cols + ["n"]
+    rows = []
+    for r in results:
+        cells = [r.metric, r.backbone or "-"]
+        for c in cols:
+            s = r.get(c)
+            if s is None:
+                cells.append("")
+            elif s.ci is None:
+                cells.append(f"{s.value:.1f}")
+            else:
+                cells.append(f"{s.value:.1f} [{s.ci[0]:.1f}, {s.ci[1]:.1f}]")
+        cells.append(str(r.n))
+        rows.append(cells)
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    r0 = results[0]
+    lines = [f"{r0.dataset} ({r0.source}); statistics ×100, 95% bootstrap intervals over {r0.n_resamples} "
+             f"resamples, seed {r0.seed}", fmt(head), fmt(["-" * w for w in widths])]
+    lines += [fmt(c) for c in rows]
+    skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
+    if skipped:
+        lines.append("skipped: " + ", ".join(f"{v} {k}" for k, v in skipped.items()))
+    return "\n".join(lines)
+
+
+def write_results(results, out) -> tuple[Path, Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = out / "correlate.json", out / "correlate.csv"
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump({"results": [r.as_dict() for r in results]}, f, indent=2, default=str)
+    cols = _columns(results)
+    with open(csv_path, "w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["dataset", "metric", "backbone", "identity", "prefix", "n", "seed", "n_resamples"]
+                   + [x for c in cols for x in (c, f"{c}_ci_low", f"{c}_ci_high")])
+        for r in results:
+            row = [r.dataset, r.metric, r.backbone, r.identity, r.prefix, r.n, r.seed, r.n_resamples]
+            for c in cols:
+                s = r.get(c)
+                row += ["", "", ""] if s is None else [s.value, *(s.ci if s.ci else ("", ""))]
+            w.writerow(row)
+    return json_path, csv_path

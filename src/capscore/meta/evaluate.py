@@ -1,0 +1,381 @@
+"""Meta-evaluation: score a judgment dataset with one metric and one backbone, then compare with humans.
+
+The thin shell between :mod:`capscore.meta.datasets` (what humans said),
+:func:`capscore.scores.scorer.score_records` (what the metric says; every vector
+goes through the :class:`~capscore.embed.Encoder` and its cache, so a second
+metric or a re-run on the same backbone encodes nothing new) and
+:mod:`capscore.meta.stats` (how well they agree). Results are frozen
+:class:`CorrelationResult` rows recording the dataset and its source, the metric,
+the backbone's spec and identity (weights hash, context, preprocessing), the
+prefix, the seed, the bootstrap size and every option that changes a number.
+
+Statistic names used in dataset ``columns`` (see :data:`~capscore.meta.datasets.DATASETS`):
+``tau_b``, ``tau_c``, ``pearson``, ``spearman``, ``one_minus_r2`` (item level);
+``sample_tau_b`` / ``sample_tau_c`` (per group, averaged); ``system:KIND``
+(per-system means); ``by_lang:KIND`` (one column per language). Pair datasets
+report accuracies: Pascal-50S ``HC``, ``HI``, ``HM``, ``MM``, ``mean``; FOIL
+``1-ref`` and ``4-ref``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from capscore.data.records import Record
+from capscore.embed.engine import Encoder
+from capscore.errors import CapscoreError, InputError
+from capscore.meta import stats as S
+from capscore.meta.datasets import (
+    HUMAN_COLUMNS, PASCAL_ORDER, DatasetSpec, PairSet, RatingSet, _number, get_dataset, read_rows,
+)
+from capscore.scores.clipscore import MetricSpec, get_metric
+from capscore.scores.scorer import score_records
+
+
+@dataclass(frozen=True)
+class CorrelationResult:
+    """Agreement of one metric (on one backbone) with one dataset's judgments."""
+
+    dataset: str
+    source: str
+    metric: str
+    backbone: str  # the --model spec ("" for an external score file)
+    identity: str  # backbone identity: family, spec, weights hash, context, preprocessing
+    prefix: str
+    n: int  # items (or pairs) that entered the statistics
+    stats: tuple[S.Stat, ...]
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    seed: int = 0
+    n_resamples: int = 0
+    params: Mapping[str, object] = field(default_factory=dict)
+
+    def get(self, name: str) -> S.Stat | None:
+        return next((s for s in self.stats if s.name == name), None)
+
+    def value(self, name: str) -> float:
+        s = self.get(name)
+        if s is None:
+            raise KeyError(name)
+        return s.value
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["stats"] = [s.as_dict() for s in self.stats]
+        d["skipped"] = dict(self.skipped)
+        d["params"] = dict(self.params)
+        return d
+
+
+# ------------------------------------------------------------------------------------ scoring
+def score_many(records: Iterable[Record], encoder: Encoder, metric: MetricSpec, *, prefix: str | None,
+               skip_bad: bool, skipped: dict[str, int]) -> dict[str, float]:
+    """id -> score for every record that could be scored; failures are counted in ``skipped``
+    (with ``skip_bad``) or raised (without)."""
+    out: dict[str, float] = {}
+    for row in score_records(records, encoder, metric, prefix=prefix, skip_bad=skip_bad):
+        if row["score"] is None or not math.isfinite(row["score"]):
+            why = (row.get("error") or "could not be scored").split(": ")[-1]
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        out[row["id"]] = float(row["score"])
+    return out
+
+
+# ------------------------------------------------------------------------------------ ratings
+def rating_stats(metric, human, columns: Sequence[str], *, groups: Sequence[str] | None = None,
+                 systems: Sequence[str] | None = None, langs: Sequence[str] | None = None,
+                 n_resamples: int = 0, seed: int = 0, confidence: float = 0.95) -> list[S.Stat]:
+    """The named statistics of metric vs human scores (see the module docstring for names)."""
+    x, h = np.asarray(metric, dtype=float), np.asarray(human, dtype=float)
+    kw = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
+    out: list[S.Stat] = []
+    for col in columns:
+        if col in S.CORRELATIONS:
+            out.append(S.correlation_stat(x, h, col, **kw))
+        elif col in ("sample_tau_b", "sample_tau_c"):
+            if groups is None:
+                raise CapscoreError(f"{col} needs groups (an image or 'group' per item)")
+            out.append(S.sample_tau_stat(x, h, groups, variant=col[-1], **kw))
+        elif col.startswith("system:"):
+            if not systems or len(set(systems)) < 2:
+                raise CapscoreError(f"{col} needs a 'system' per item and at least two systems")
+            value, k = S.system_level(x, h, systems, kind=col.split(":", 1)[1])
+            out.append(S.Stat(col, value, None, len(x), f"{k} systems"))
+        elif col.startswith("by_lang:"):
+            kind = col.split(":", 1)[1]
+            if not langs or not any(langs):
+                raise CapscoreError(f"{col} needs a 'lang' per item")
+            la = np.asarray(langs)
+            for lang in sorted(set(la.tolist())):
+                sel = la == lang
+                s = S.correlation_stat(x[sel], h[sel], kind, **kw)
+                out.append(S.Stat(f"{lang}:{kind}", s.value, s.ci, s.n))
+        else:
+            raise CapscoreError(f"unknown statistic {col!r}; expected one of {', '.join(S.CORRELATIONS)}, "
+                                "sample_tau_b, sample_tau_c, system:KIND, by_lang:KIND")
+    return out
+
+
+def evaluate_ratings(ds: RatingSet, encoder: Encoder, metric: str | MetricSpec, *,
+                     columns: Sequence[str] | None = None, prefix: str | None = None, n_resamples: int = 1000,
+                     seed: int = 0, confidence: float = 0.95, skip_bad: bool = False) -> CorrelationResult:
+    """Score every rated caption and correlate with the human scores."""
+    spec = get_metric(metric) if isinstance(metric, str) else metric
+    columns = tuple(columns or _spec(ds.name).columns)
+    skipped = dict(ds.skipped)
+    scores = score_many((it.record for it in ds.items), encoder, spec, prefix=prefix, skip_bad=skip_bad,
+                        skipped=skipped)
+    kept = [it for it in ds.items if it.record.id in scores]
+    x = [scores[it.record.id] for it in kept]
+    stats = rating_stats(x, [it.human for it in kept], columns, groups=[it.group for it in kept],
+                         systems=[it.record.system for it in kept], langs=[it.lang for it in kept],
+                         n_resamples=n_resamples, seed=seed, confidence=confidence)
+    return _result(ds, spec, encoder, prefix, len(kept), stats, skipped, seed, n_resamples,
+                   {"columns": list(columns), "confidence": confidence})
+
+
+# ------------------------------------------------------------------------------------ pairs
+def _pair_records(ds: PairSet, refs_of) -> list[Record]:
+    recs = []
+    for p in ds.items:
+        refs = refs_of(p)
+        recs.append(Record(f"{p.id}:a", p.image, p.a, refs, source=p.source))
+        recs.append(Record(f"{p.id}:b", p.image, p.b, refs, source=p.source))
+    return recs
+
+
+def _outcomes(ds: PairSet, scores: Mapping[str, float], ties: str) -> tuple[np.ndarray, list[int]]:
+    keep = [i for i, p in enumerate(ds.items) if f"{p.id}:a" in scores and f"{p.id}:b" in scores]
+    a = [scores[f"{ds.items[i].id}:a"] for i in keep]
+    b = [scores[f"{ds.items[i].id}:b"] for i in keep]
+    return S.pair_outcomes(a, b, [ds.items[i].label for i in keep], ties=ties), keep
+
+
+def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | MetricSpec, *, prefix: str | None = None,
+                   ties: str | None = None, ref_sample: int | None = 5, ref_draws: int = 5,
+                   n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
+                   skip_bad: bool = False) -> CorrelationResult:
+    """Pairwise accuracy: Pascal-50S per category (+ mean) or FOIL in the 1-ref and 4-ref settings.
+
+    Pascal-50S with a reference-based metric: ``ref_sample`` of the 48 references are drawn
+    without replacement for each pair, ``ref_draws`` times (PAC-S protocol: 5 of 48, 5 draws,
+    from ``numpy.random.default_rng(seed)``), and the per-pair outcomes are averaged over the
+    draws (so the accuracy is the mean of the draws' accuracies); ``ref_sample=None`` uses all
+    48. A reference-free metric ignores references, so it is scored once. ``ties``: how a metric
+    tie counts (default: the dataset's — half for Pascal-50S, a loss for FOIL, whose protocol
+    counts pairs where the original *outscores* the foil).
+    """
+    spec = get_metric(metric) if isinstance(metric, str) else metric
+    dspec = _spec(ds.name)
+    ties = ties or dspec.ties
+    skipped = dict(ds.skipped)
+    kw = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
+    params: dict[str, object] = {"ties": ties, "confidence": confidence}
+    stats: list[S.Stat] = []
+    if ds.name == "foil":
+        settings = [("1-ref", lambda p: p.refs[:1]), ("4-ref", lambda p: p.refs)]
+        cache: dict[str, tuple] = {}
+        n = 0
+        for name, refs_of in settings:
+            key = name if spec.needs_refs else "any"
+            if key not in cache:
+                scores = score_many(_pair_records(ds, refs_of), encoder, spec, prefix=prefix,
+                                    skip_bad=skip_bad, skipped=skipped if key in ("any", "1-ref") else {})
+                cache[key] = _outcomes(ds, scores, ties)
+            out, keep = cache[key]
+            n = max(n, len(keep))
+            stats += S.outcome_stats(out, name=name, **kw)
+        params["refs"] = "1-ref: the first COCO caption other than the original; 4-ref: all others"
+        return _result(ds, spec, encoder, prefix, n, stats, skipped, seed, n_resamples, params)
+
+    cats_all = [p.category for p in ds.items]
+    order = PASCAL_ORDER if set(cats_all) <= set(PASCAL_ORDER) else None
+    if spec.needs_refs and ref_sample is not None:
+        rng = np.random.default_rng(seed)
+        total = np.zeros(len(ds.items))
+        present = np.ones(len(ds.items), dtype=bool)
+        for d in range(ref_draws):
+            picks = {p.id: tuple(p.refs[k] for k in sorted(rng.choice(len(p.refs), size=min(ref_sample, len(p.refs)),
+                                                                    replace=False)))
+                     for p in ds.items if p.refs}
+            scores = score_many(_pair_records(ds, lambda p: picks.get(p.id, ())), encoder, spec, prefix=prefix,
+                                skip_bad=skip_bad, skipped=skipped if d == 0 else {})
+            out, keep = _outcomes(ds, scores, ties)
+            mask = np.zeros(len(ds.items), dtype=bool)
+            mask[keep] = True
+            present &= mask
+            total[keep] += out
+        keep = np.flatnonzero(present).tolist()
+        outcomes = total[keep] / ref_draws
+        params.update(ref_sample=ref_sample, ref_draws=ref_draws)
+    else:
+        scores = score_many(_pair_records(ds, lambda p: p.refs), encoder, spec, prefix=prefix,
+                            skip_bad=skip_bad, skipped=skipped)
+        outcomes, keep = _outcomes(ds, scores, ties)
+        params.update(ref_sample=None if spec.needs_refs else "n/a (reference-free metric)")
+    stats = S.outcome_stats(outcomes, [cats_all[i] for i in keep], order=order, **kw)
+    return _result(ds, spec, encoder, prefix, len(keep), stats, skipped, seed, n_resamples, params)
+
+
+def evaluate(ds: RatingSet | PairSet, encoder: Encoder, metric: str | MetricSpec, **options) -> CorrelationResult:
+    """Dispatch on the dataset kind (see :func:`evaluate_ratings` and :func:`evaluate_pairs`)."""
+    if isinstance(ds, PairSet):
+        options.pop("columns", None)
+        return evaluate_pairs(ds, encoder, metric, **options)
+    for k in ("ties", "ref_sample", "ref_draws"):
+        options.pop(k, None)
+    return evaluate_ratings(ds, encoder, metric, **options)
+
+
+def _spec(name: str) -> DatasetSpec:
+    try:
+        return get_dataset(name)
+    except CapscoreError:
+        return get_dataset("generic")
+
+
+def _result(ds, spec, encoder, prefix, n, stats, skipped, seed, n_resamples, params) -> CorrelationResult:
+    bb = encoder.backbone
+    return CorrelationResult(
+        dataset=ds.name, source=ds.source, metric=spec.name, backbone=bb.spec, identity=bb.identity,
+        prefix=spec.default_prefix if prefix is None else prefix, n=n, stats=tuple(stats),
+        skipped=skipped, seed=seed, n_resamples=n_resamples, params={**dict(ds.params), **params})
+
+
+# ------------------------------------------------------------------------------------ external scores
+def read_scores(path, *, column: str = "score", id_column: str = "id") -> tuple[dict[str, float], dict[str, int]]:
+    """A ``capscore score`` output (JSONL/CSV/Parquet with ``id`` and ``score``; rows with an empty
+    score — an ``error`` row — are counted, not used) -> (id -> score, skipped counts)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise InputError(str(path), "scores file not found")
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            rows = ((f"{path}: row {i}", r) for i, r in enumerate(pq.read_table(str(path)).to_pylist()))
+        except Exception as e:  # pyarrow raises several types for a non-parquet file
+            raise InputError(str(path), f"cannot read parquet ({e})") from None
+    else:
+        rows = read_rows(path)
+    out: dict[str, float] = {}
+    skipped: dict[str, int] = {}
+    for where, row in rows:
+        if id_column not in row or column not in row:
+            raise InputError(where, f"missing column {(id_column if id_column not in row else column)!r}",
+                             expected=f"'{id_column}' and '{column}' (use --score-column / --id-column)")
+        ident = str(row[id_column])
+        if row[column] in (None, ""):
+            skipped["no score (error row)"] = skipped.get("no score (error row)", 0) + 1
+            continue
+        value = _number(row[column], where, repr(column))
+        if not math.isfinite(value):
+            raise InputError(where, f"{column!r} is not finite", got=row[column])
+        if ident in out:
+            raise InputError(where, f"duplicate id {ident!r}")
+        out[ident] = value
+    return out, skipped
+
+
+def read_human(path, *, column: str | None = None, id_column: str = "id") -> RatingSet:
+    """Human scores keyed by id (JSONL/CSV): ``id``, a score column (``column`` or one of
+    score/human/human_score/rating) and optionally ``group``, ``system``, ``lang``."""
+    from capscore.embed.images import ImageRef
+    from capscore.meta.datasets import Rated
+
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise InputError(str(path), "human-score file not found")
+    items, skipped, seen = [], {}, set()
+    for where, row in read_rows(path):
+        if id_column not in row:
+            raise InputError(where, f"missing column {id_column!r}")
+        names = (column,) if column else HUMAN_COLUMNS
+        col = next((c for c in names if c in row and row[c] not in (None, "")), None)
+        if col is None:
+            raise InputError(where, "no human score", expected=f"one of {', '.join(names)}")
+        value = _number(row[col], where, repr(col))
+        if math.isnan(value):
+            skipped[f"NaN {col}"] = skipped.get(f"NaN {col}", 0) + 1
+            continue
+        ident = str(row[id_column])
+        if ident in seen:
+            raise InputError(where, f"duplicate id {ident!r}")
+        seen.add(ident)
+        rec = Record(ident, ImageRef(name=str(row.get("image", ""))), str(row.get("caption", "")),
+                     system=str(row.get("system") or ""), source=where)
+        items.append(Rated(rec, value, group=str(row.get("group") or row.get("image") or ident),
+                           lang=str(row.get("lang") or "")))
+    return RatingSet("human-file", str(path), tuple(items), skipped)
+
+
+def correlate_scores(scores: Mapping[str, float], human: RatingSet | PairSet, *, metric_name: str,
+                     columns: Sequence[str] | None = None, ties: str | None = None, n_resamples: int = 1000,
+                     seed: int = 0, confidence: float = 0.95, skipped: Mapping[str, int] | None = None,
+                     source: str = "") -> CorrelationResult:
+    """Correlate externally computed scores (id -> score) with a dataset's judgments, joined on id.
+
+    For a pair dataset the ids are ``PAIRID:a`` and ``PAIRID:b`` (as ``--export-items`` writes
+    them). Human items without a score are counted as skipped.
+    """
+    skipped = {**dict(human.skipped), **dict(skipped or {})}
+    kw = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
+    params: dict[str, object] = {"confidence": confidence, "scores": source}
+    if isinstance(human, PairSet):
+        ties = ties or _spec(human.name).ties
+        out, keep = _outcomes(human, scores, ties)
+        missing = len(human.items) - len(keep)
+        if missing:
+            skipped["pair without both scores"] = missing
+        if not keep:
+            raise CapscoreError("no pair of the dataset has scores for both captions (ids PAIRID:a / PAIRID:b)")
+        if human.name == "foil":
+            stats = S.outcome_stats(out, name="accuracy", **kw)
+        else:
+            cats = [human.items[i].category for i in keep]
+            stats = S.outcome_stats(out, cats, order=PASCAL_ORDER if set(cats) <= set(PASCAL_ORDER) else None, **kw)
+        params["ties"] = ties
+        n = len(keep)
+    else:
+        kept = [it for it in human.items if it.record.id in scores]
+        missing = len(human.items) - len(kept)
+        if missing:
+            skipped["no score for the id"] = missing
+        if not kept:
+            raise CapscoreError("no id of the human judgments has a score; check the id columns of both files")
+        columns = tuple(columns or _spec(human.name).columns)
+        stats = rating_stats([scores[it.record.id] for it in kept], [it.human for it in kept], columns,
+                             groups=[it.group for it in kept], systems=[it.record.system for it in kept],
+                             langs=[it.lang for it in kept], **kw)
+        params["columns"] = list(columns)
+        n = len(kept)
+    return CorrelationResult(dataset=human.name, source=human.source, metric=metric_name, backbone="",
+                             identity="external scores", prefix="", n=n, stats=tuple(stats), skipped=skipped,
+                             seed=seed, n_resamples=n_resamples, params={**dict(human.params), **params})
+
+
+def export_items(ds: RatingSet | PairSet, path) -> int:
+    """Write the dataset's items as JSONL (id, image, caption, refs, system) for ``capscore score``,
+    so any scorer's output can come back through ``--scores``. Returns the number of rows."""
+    path = Path(path)
+    n = 0
+    with open(path, "w", encoding="utf-8") as f:
+        def put(ident, image, caption, refs, system=""):
+            nonlocal n
+            f.write(json.dumps({"id": ident, "image": str(Path(image.path).resolve()) if image.path else image.where(),
+                                "caption": caption, "refs": list(refs), "system": system}) + "\n")
+            n += 1
+        if isinstance(ds, PairSet):
+            for p in ds.items:
+                put(f"{p.id}:a", p.image, p.a, p.refs)
+                put(f"{p.id}:b", p.image, p.b, p.refs)
+        else:
+            for it in ds.items:
+                r = it.record
+                put(r.id, r.image, r.caption, r.refs, r.system)
+    return n

@@ -1,0 +1,321 @@
+"""Agreement statistics between a metric and human (or oracle) judgments — pure functions on arrays.
+
+Every statistic is reported in points (×100), as the captioning-metric papers
+report them: Kendall τ ×100, Pearson r ×100, accuracy in %, and 1 − R² ×100
+(the percentage of the human-score variance a linear fit of the metric leaves
+unexplained). The computations are scipy's; this module only validates the
+inputs, scales, groups and bootstraps.
+
+=====================  ======================================================================
+``tau_b`` / ``tau_c``  Kendall τ-b / τ-c (``scipy.stats.kendalltau``, ties as scipy handles
+                       them). Flickr8k-Expert and Composite report τ-c, Flickr8k-CF τ-b
+                       (Hessel et al. 2021, appendix A; Sarto et al. 2023).
+``pearson``            Pearson r (``scipy.stats.pearsonr``).
+``spearman``           Spearman ρ (``scipy.stats.spearmanr``).
+``one_minus_r2``       1 − R² of the least-squares line human ~ metric (``linregress``).
+``sample_tau``         sample-wise τ: τ within each group (image), averaged over groups
+                       ("Sp τ" of DeCapBench / SPECS). Groups with < 2 items or a constant
+                       metric or human score inside the group have no τ and are left out of
+                       the mean (scipy returns NaN for them; the papers' nan-mean does the same);
+                       how many were left out is reported.
+``pairwise_accuracy``  share of pairs where the metric prefers the human-preferred caption
+                       (Pascal-50S; FOIL with the original always preferred). A pair the metric
+                       scores equal counts ``ties="half"`` (0.5) or ``ties="loss"`` (0).
+``system_level``       per-system means of metric and human score, then a correlation across
+                       systems (``kind`` = tau_b / tau_c / pearson / spearman).
+=====================  ======================================================================
+
+Invalid inputs are user errors: different lengths, NaN/inf, fewer than two items,
+or a constant input (for which a correlation is undefined: scipy would return NaN)
+raise :class:`~capscore.errors.CapscoreError` saying which input, never NaN.
+
+Confidence intervals are percentile bootstrap intervals from ``scipy.stats.bootstrap``
+with a seeded generator: items resampled with replacement (paired metric/human),
+groups resampled for ``sample_tau``, pairs resampled *within* each category for
+the mean of per-category accuracies (a stratified bootstrap). A resample on which
+the statistic is undefined (e.g. constant) yields NaN; if any does, the interval is
+not reported (``None``) rather than silently computed from the rest.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as st
+
+from capscore.errors import CapscoreError, unknown_name
+
+CORRELATIONS = ("tau_b", "tau_c", "pearson", "spearman", "one_minus_r2")
+
+
+@dataclass(frozen=True)
+class Stat:
+    """One reported number: ``value`` in points (×100), its bootstrap interval, and how many items."""
+
+    name: str
+    value: float
+    ci: tuple[float, float] | None = None
+    n: int = 0
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "value": self.value,
+                "ci_low": None if self.ci is None else self.ci[0],
+                "ci_high": None if self.ci is None else self.ci[1], "n": self.n, "note": self.note}
+
+
+# ------------------------------------------------------------------------------------ validation
+def _vector(x, what: str) -> np.ndarray:
+    a = np.asarray(x, dtype=float)
+    if a.ndim != 1:
+        raise CapscoreError(f"{what} must be a 1-D sequence of numbers; got shape {a.shape}")
+    bad = np.flatnonzero(~np.isfinite(a))
+    if bad.size:
+        raise CapscoreError(f"{what} has a non-finite value (NaN or inf) at position {int(bad[0])}")
+    return a
+
+
+def _paired(metric, human, *, names=("metric scores", "human scores"), min_n: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    x, y = _vector(metric, names[0]), _vector(human, names[1])
+    if x.shape != y.shape:
+        raise CapscoreError(f"{names[0]} and {names[1]} differ in length: {x.size} vs {y.size}")
+    if x.size < min_n:
+        raise CapscoreError(f"a correlation needs at least {min_n} items; got {x.size}")
+    for a, what in ((x, names[0]), (y, names[1])):
+        if np.ptp(a) == 0:
+            raise CapscoreError(f"{what} are constant (all {a[0]:g}): a correlation is undefined")
+    return x, y
+
+
+# ------------------------------------------------------------------------------------ correlations
+def _raw(kind: str, x: np.ndarray, y: np.ndarray) -> float:
+    """The statistic ×100 on already-validated arrays (NaN if scipy finds it undefined)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # constant resamples: NaN is handled by the caller
+        if kind == "tau_b":
+            return 100 * float(st.kendalltau(x, y, variant="b").statistic)
+        if kind == "tau_c":
+            return 100 * float(st.kendalltau(x, y, variant="c").statistic)
+        if kind == "pearson":
+            return 100 * float(st.pearsonr(x, y).statistic)
+        if kind == "spearman":
+            return 100 * float(st.spearmanr(x, y).statistic)
+        if kind == "one_minus_r2":
+            return 100 * (1 - float(st.linregress(x, y).rvalue) ** 2)
+    raise unknown_name("statistic", kind, CORRELATIONS)
+
+
+def correlation(metric, human, *, kind: str = "tau_c") -> float:
+    """One of :data:`CORRELATIONS` ×100 between metric and human scores."""
+    if kind not in CORRELATIONS:
+        raise unknown_name("statistic", kind, CORRELATIONS)
+    x, y = _paired(metric, human)
+    return _raw(kind, x, y)
+
+
+def kendall_tau(metric, human, *, variant: str = "c") -> float:
+    """Kendall τ-b or τ-c ×100 (scipy's tie handling)."""
+    if variant not in ("b", "c"):
+        raise CapscoreError(f"The 'variant' parameter of kendall_tau must be 'b' or 'c'; got {variant!r} instead.")
+    return correlation(metric, human, kind=f"tau_{variant}")
+
+
+def pearson(metric, human) -> float:
+    return correlation(metric, human, kind="pearson")
+
+
+def spearman(metric, human) -> float:
+    return correlation(metric, human, kind="spearman")
+
+
+def one_minus_r2(metric, human) -> float:
+    """1 − R² ×100 of the least-squares line human ≈ a + b·metric."""
+    return correlation(metric, human, kind="one_minus_r2")
+
+
+# ------------------------------------------------------------------------------------ sample-wise τ
+def _group_index(groups: Sequence, n: int) -> list[np.ndarray]:
+    if len(groups) != n:
+        raise CapscoreError(f"groups and scores differ in length: {len(groups)} vs {n}")
+    by: dict = {}
+    for i, g in enumerate(groups):
+        by.setdefault(g, []).append(i)
+    return [np.asarray(v) for v in by.values()]
+
+
+def _group_taus(x: np.ndarray, y: np.ndarray, index: list[np.ndarray], variant: str) -> np.ndarray:
+    out = np.full(len(index), np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k, idx in enumerate(index):
+            if idx.size >= 2 and np.ptp(x[idx]) > 0 and np.ptp(y[idx]) > 0:
+                out[k] = st.kendalltau(x[idx], y[idx], variant=variant).statistic
+    return out
+
+
+def sample_tau(metric, human, groups: Sequence, *, variant: str = "b") -> tuple[float, int, int]:
+    """Mean over groups of the within-group Kendall τ ×100 -> (value, groups used, groups left out)."""
+    x, y = _vector(metric, "metric scores"), _vector(human, "human scores")
+    if x.shape != y.shape:
+        raise CapscoreError(f"metric scores and human scores differ in length: {x.size} vs {y.size}")
+    taus = _group_taus(x, y, _group_index(groups, x.size), variant)
+    used = int(np.isfinite(taus).sum())
+    if used == 0:
+        raise CapscoreError("sample-wise τ is undefined: no group has two or more items with "
+                            "non-constant metric and human scores")
+    return 100 * float(np.nanmean(taus)), used, int(taus.size - used)
+
+
+# ------------------------------------------------------------------------------------ pairs
+def pair_outcomes(score_a, score_b, label, *, ties: str = "half") -> np.ndarray:
+    """Per pair: 1 if the metric prefers the human-preferred caption (label 0 = a, 1 = b), 0 if not,
+    0.5 (``ties="half"``) or 0 (``ties="loss"``) if the metric scores both equal."""
+    a, b = _vector(score_a, "scores of caption A"), _vector(score_b, "scores of caption B")
+    lab = np.asarray(label)
+    if not (a.shape == b.shape == lab.shape):
+        raise CapscoreError(f"pair arrays differ in length: {a.size}, {b.size}, {lab.size}")
+    if not np.isin(lab, (0, 1)).all():
+        raise CapscoreError("pair labels must be 0 (caption A preferred) or 1 (caption B preferred)")
+    if ties not in ("half", "loss"):
+        raise CapscoreError(f"The 'ties' parameter must be 'half' or 'loss'; got {ties!r} instead.")
+    prefers_b = b > a
+    out = (prefers_b == (lab == 1)).astype(float)
+    out[a == b] = 0.5 if ties == "half" else 0.0
+    return out
+
+
+def pairwise_accuracy(score_a, score_b, label, *, ties: str = "half") -> float:
+    """Share (%) of pairs where the metric prefers the caption humans preferred."""
+    out = pair_outcomes(score_a, score_b, label, ties=ties)
+    if out.size == 0:
+        raise CapscoreError("pairwise accuracy needs at least one pair")
+    return 100 * float(out.mean())
+
+
+def accuracy_by_category(score_a, score_b, label, categories: Sequence[str], *, ties: str = "half",
+                         order: Sequence[str] | None = None) -> dict[str, float]:
+    """Accuracy (%) per category plus ``mean``: the unweighted mean of the category accuracies
+    (the "Mean" column of the Pascal-50S tables)."""
+    out = pair_outcomes(score_a, score_b, label, ties=ties)
+    cats = np.asarray(categories)
+    if cats.shape != out.shape:
+        raise CapscoreError(f"categories and pairs differ in length: {cats.size} vs {out.size}")
+    names = list(order) if order else sorted(set(cats.tolist()))
+    res = {}
+    for c in names:
+        sel = out[cats == c]
+        if sel.size:
+            res[c] = 100 * float(sel.mean())
+    if not res:
+        raise CapscoreError("pairwise accuracy needs at least one pair")
+    res["mean"] = float(np.mean([res[c] for c in names if c in res]))
+    return res
+
+
+# ------------------------------------------------------------------------------------ system level
+def system_means(values, systems: Sequence[str]) -> dict[str, float]:
+    v = _vector(values, "scores")
+    if len(systems) != v.size:
+        raise CapscoreError(f"systems and scores differ in length: {len(systems)} vs {v.size}")
+    acc: dict[str, list[float]] = {}
+    for s, x in zip(systems, v):
+        acc.setdefault(str(s), []).append(x)
+    return {s: float(np.mean(xs)) for s, xs in sorted(acc.items())}
+
+
+def system_level(metric, human, systems: Sequence[str], *, kind: str = "pearson") -> tuple[float, int]:
+    """Correlation ×100 between per-system mean metric and mean human scores -> (value, systems)."""
+    m, h = system_means(metric, systems), system_means(human, systems)
+    names = sorted(m)
+    if len(names) < 2:
+        raise CapscoreError(f"system-level correlation needs at least 2 systems; got {len(names)}")
+    x, y = _paired([m[s] for s in names], [h[s] for s in names],
+                   names=("per-system metric means", "per-system human means"))
+    return _raw(kind, x, y), len(names)
+
+
+# ------------------------------------------------------------------------------------ bootstrap
+def bootstrap_ci(statistic: Callable[..., float], data: Sequence[np.ndarray], *, paired: bool = True,
+                 n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of ``statistic(*data)`` (scipy.stats.bootstrap, seeded).
+
+    ``paired=True`` resamples the rows of all arrays together; ``paired=False``
+    resamples each array on its own (used for a stratified bootstrap: one array
+    per stratum). Returns ``None`` if ``n_resamples`` is 0 or the statistic was
+    undefined on some resample.
+    """
+    if n_resamples <= 0:
+        return None
+    if any(np.asarray(d).size < 2 for d in data):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = st.bootstrap(tuple(np.asarray(d) for d in data), statistic, n_resamples=n_resamples,
+                           paired=paired, vectorized=False, confidence_level=confidence,
+                           method="percentile", rng=np.random.default_rng(seed))
+    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if not (np.isfinite(lo) and np.isfinite(hi)) or np.isnan(res.bootstrap_distribution).any():
+        return None
+    return lo, hi
+
+
+def correlation_stat(metric, human, kind: str, *, n_resamples: int = 0, seed: int = 0,
+                     confidence: float = 0.95) -> Stat:
+    """``correlation`` with its bootstrap interval, as a :class:`Stat`."""
+    if kind not in CORRELATIONS:
+        raise unknown_name("statistic", kind, CORRELATIONS)
+    x, y = _paired(metric, human)
+    ci = bootstrap_ci(lambda a, b: _raw(kind, a, b), (x, y), n_resamples=n_resamples, seed=seed,
+                      confidence=confidence)
+    return Stat(kind, _raw(kind, x, y), ci, int(x.size))
+
+
+def sample_tau_stat(metric, human, groups: Sequence, *, variant: str = "b", n_resamples: int = 0,
+                    seed: int = 0, confidence: float = 0.95) -> Stat:
+    """``sample_tau`` with a bootstrap over groups."""
+    value, used, left = sample_tau(metric, human, groups, variant=variant)
+    x, y = _vector(metric, "metric scores"), _vector(human, "human scores")
+    taus = _group_taus(x, y, _group_index(groups, x.size), variant)
+    taus = taus[np.isfinite(taus)]
+    ci = bootstrap_ci(lambda t: 100 * float(np.mean(t)), (taus,), n_resamples=n_resamples, seed=seed,
+                      confidence=confidence)
+    note = f"{used} groups" + (f"; {left} without a defined τ left out" if left else "")
+    return Stat(f"sample_tau_{variant}", value, ci, int(x.size), note)
+
+
+def accuracy_stats(score_a, score_b, label, categories: Sequence[str] | None = None, *, ties: str = "half",
+                   order: Sequence[str] | None = None, n_resamples: int = 0, seed: int = 0,
+                   confidence: float = 0.95, name: str = "accuracy") -> list[Stat]:
+    """Accuracy overall (no categories) or per category + mean, each with a bootstrap interval."""
+    out = pair_outcomes(score_a, score_b, label, ties=ties)
+    return outcome_stats(out, categories, order=order, n_resamples=n_resamples, seed=seed,
+                         confidence=confidence, name=name)
+
+
+def outcome_stats(outcomes, categories: Sequence[str] | None = None, *, order: Sequence[str] | None = None,
+                  n_resamples: int = 0, seed: int = 0, confidence: float = 0.95,
+                  name: str = "accuracy") -> list[Stat]:
+    """Accuracy (%) from per-pair outcomes in [0, 1] (e.g. averaged over reference draws): overall as
+    ``name``, or per category plus ``mean`` (unweighted mean of the categories; its interval comes
+    from a bootstrap stratified by category)."""
+    out = _vector(outcomes, "pair outcomes")
+    if out.size == 0:
+        raise CapscoreError("pairwise accuracy needs at least one pair")
+    pct = lambda s: 100 * float(np.mean(s))  # noqa: E731
+    if categories is None:
+        ci = bootstrap_ci(pct, (out,), n_resamples=n_resamples, seed=seed, confidence=confidence)
+        return [Stat(name, pct(out), ci, int(out.size))]
+    cats = np.asarray(categories)
+    if cats.shape != out.shape:
+        raise CapscoreError(f"categories and pairs differ in length: {cats.size} vs {out.size}")
+    names = [c for c in (list(order) if order else sorted(set(cats.tolist()))) if (cats == c).any()]
+    strata = [out[cats == c] for c in names]
+    res = [Stat(c, pct(s), bootstrap_ci(pct, (s,), n_resamples=n_resamples, seed=seed, confidence=confidence),
+                int(s.size)) for c, s in zip(names, strata)]
+    mean_ci = bootstrap_ci(lambda *s: float(np.mean([pct(x) for x in s])), strata, paired=False,
+                           n_resamples=n_resamples, seed=seed, confidence=confidence)
+    res.append(Stat("mean", float(np.mean([r.value for r in res])), mean_ci, int(out.size),
+                    "unweighted mean of the category accuracies"))
+    return res
