@@ -124,16 +124,19 @@ class HFBackbone(Backbone):
 
 
 def _resolve(rest: str) -> tuple[str, bool]:
-    """-> (what to pass to from_pretrained, is it a local folder). Errors name the folder."""
+    """-> (what to pass to from_pretrained, is it a local folder). Errors name the folder.
+
+    A hub id is ``NAME`` or ``ORG/NAME``; anything starting with ``.``, ``/`` or
+    ``~``, with more than one ``/``, or existing on disk is a local path.
+    """
     p = Path(rest).expanduser()
-    looks_local = rest.startswith((".", "/", "~")) or os.sep in rest.strip("/").replace("/", os.sep, 1) and p.exists()
     if p.is_dir():
         if not (p / "config.json").is_file():
             raise CapscoreError(f"{p}: not a Hugging Face model folder (no config.json)")
         return str(p), True
     if p.exists():
         raise CapscoreError(f"{p}: is a file; hf: expects a model folder or a hub id (for a .pt state dict use ckpt:{rest})")
-    if looks_local or rest.count("/") > 1:
+    if rest.startswith((".", "/", "~")) or rest.count("/") > 1 or "\\" in rest:
         raise CapscoreError(f"{p}: Hugging Face model folder not found")
     return rest, False
 
