@@ -1,0 +1,136 @@
+"""PR-MCS perturbations and LGIP variants against hand-written expectations."""
+import random
+
+import pytest
+
+from capscore.perturb import flips, lgip_variants, paraphrases, perturb, split_words
+from capscore.errors import CapscoreError
+
+CAP = "a dog chases a cat on the grass"
+
+
+# ------------------------------------------------------------------ PR-MCS, p = 1 and p = 0: no randomness involved
+def test_p1_repetition_removal_masking():
+    assert perturb("a dog runs", "repetition", p=1.0).text == "a a dog dog runs runs"
+    assert perturb("a dog runs", "masking", p=1.0, mask="<m>").text == "<m> <m> <m>"
+    r = perturb("a dog runs", "removal", p=1.0)
+    assert r.text is None and "empty" in r.reason  # reported, not silently dropped
+
+
+def test_p0_without_forced_change_is_not_perturbable():
+    r = perturb("a dog runs", "masking", p=0.0, ensure_change=False)
+    assert not r.ok and "no word drawn" in r.reason
+
+
+def test_p0_forces_exactly_one_word():
+    # ensure_change: no draw succeeded -> one index from rng.randrange(n) after n rng.random() calls
+    rng = random.Random("0|masking|a dog runs")
+    [rng.random() for _ in range(3)]
+    k = rng.randrange(3)
+    words = ["a", "dog", "runs"]
+    words[k] = "[MASK]"
+    assert perturb("a dog runs", "masking", p=0.0).text == " ".join(words)
+
+
+# ------------------------------------------------------------------ seeded draws, reproduced from the documented recipe
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_seeded_masking_follows_documented_draws(seed):
+    rng = random.Random(f"{seed}|masking|{CAP}")
+    words = CAP.split()
+    sel = [rng.random() < 0.4 for _ in words]
+    if not any(sel):
+        sel[rng.randrange(len(words))] = True
+    expected = " ".join("[MASK]" if s else w for s, w in zip(sel, words))
+    assert perturb(CAP, "masking", seed=seed).text == expected
+    assert perturb(CAP, "masking", seed=seed).text == perturb(CAP, "masking", seed=seed).text
+
+
+def test_fixed_seed_hand_checked_outputs():
+    # seed 1: draws < 0.4 at words 1 ("dog") and 6 ("the") for masking
+    assert perturb(CAP, "masking", seed=1).text == "a [MASK] chases a cat on [MASK] grass"
+    assert perturb(CAP, "removal", seed=1).text == "a on the"
+
+
+def test_jumble_changes_order_keeps_multiset():
+    r = perturb(CAP, "jumble", seed=3)
+    assert r.text != CAP and sorted(r.text.split()) == sorted(CAP.split())
+    assert not perturb("dog dog", "jumble").ok
+    assert not perturb("dog", "jumble").ok
+
+
+def test_substitution_with_given_objects_swaps_them():
+    assert perturb(CAP, "substitution", objects=["dog", "cat"]).text == "a cat chases a dog on the grass"
+    # word boundaries: "cat" inside "category" is not an object
+    r = perturb("a dog in a category", "substitution", objects=["dog", "cat"])
+    assert not r.ok and "fewer than two distinct" in r.reason
+
+
+def test_substitution_with_spacy_nouns_changes_caption():
+    r = perturb("a dog chases a cat", "substitution", seed=0)
+    assert r.text == "a cat chases a dog"
+    r = perturb("a dog runs quickly", "substitution")
+    assert not r.ok  # one noun only: reported as not perturbable
+
+
+def test_unknown_kind_and_bad_p():
+    with pytest.raises(CapscoreError, match="did you mean 'jumble'"):
+        perturb(CAP, "jumbel")
+    with pytest.raises(CapscoreError, match="'p' parameter"):
+        perturb(CAP, "masking", p=1.5)
+
+
+# ------------------------------------------------------------------ Japanese (no spaces): characters are units
+def test_japanese_units_and_perturbations():
+    ja = "犬が猫を追う"
+    assert split_words(ja).units == ("犬", "が", "猫", "を", "追", "う") and split_words(ja).sep == ""
+    assert perturb(ja, "repetition", p=1.0).text == "犬犬がが猫猫をを追追うう"
+    assert perturb(ja, "masking", p=1.0, mask="＿").text == "＿＿＿＿＿＿"
+    assert perturb(ja, "substitution", objects=["犬", "猫"]).text == "猫が犬を追う"
+    j = perturb(ja, "jumble", seed=5).text
+    assert j != ja and sorted(j) == sorted(ja)
+
+
+def test_japanese_with_parser_tokens():
+    toks = lambda s: ["犬", "が", "猫", "を", "追う"]  # a parser's segmentation
+    assert perturb("犬が猫を追う", "repetition", p=1.0, tokenizer=toks).text == "犬犬がが猫猫をを追う追う"
+
+
+# ------------------------------------------------------------------ LGIP
+def test_paraphrases_templates_dedupe_and_cap():
+    all_p = paraphrases("a dog", k_same=None)
+    assert all_p == ("a photo of a dog", "an image of a dog", "a picture of a dog", "a dog in the scene",
+                     "a scene showing a dog", "In this image, a dog", "In the picture, a dog",
+                     "This image shows a dog")  # "{}" == original is dropped
+    capped = paraphrases("a dog", rng=random.Random(0))
+    assert len(capped) == 6 and set(capped) <= set(all_p)
+    assert paraphrases("x", templates=("{}", "{}!", "ab {}"), k_same=None) == ()  # too short (< 5 chars)
+
+
+def test_flips_respect_word_boundaries():
+    assert flips("a redwood forest") == ()
+    assert flips("a cathedral at night") == ()
+    f = flips("a red car", rng=random.Random(0))
+    types = {x.type for x in f}
+    assert types == {"color", "object"}
+    for x in f:
+        assert x.text != "a red car"
+        assert x.text.split()[1 if x.type == "color" else 2] == x.new
+    assert {x.old for x in f} == {"red", "car"}
+
+
+def test_flip_replaces_first_match_only():
+    f = [x for x in flips("red car and red bus", per_type=None, k_diff=None) if x.type == "color"]
+    assert len(f) == 10  # every other color, once
+    assert all(x.text.endswith("car and red bus") for x in f)
+
+
+def test_user_lists_and_cap():
+    v = lgip_variants("a wooden chair", extra_lists={"material": ["wooden", "metal", "plastic"]}, per_type=None)
+    assert {f.text for f in v.flips} == {"a metal chair", "a plastic chair"}
+    assert all(f.type == "material" for f in v.flips)
+    many = flips("one red dog", per_type=None, k_diff=6)
+    assert len(many) == 6 and len({m.text for m in many}) == 6
+
+
+def test_lgip_variants_deterministic():
+    assert lgip_variants("two black dogs", seed=3) == lgip_variants("two black dogs", seed=3)

@@ -1,0 +1,110 @@
+"""Probe metrics on tiny hand-made similarity tables; SPECS segmentation of example captions."""
+import math
+
+import numpy as np
+import pytest
+
+from capscore.probes import metrics as M
+from capscore.probes.segment import detail_units
+
+
+# ------------------------------------------------------------------ LGIP
+def test_invariance_error_by_hand():
+    orig = [0.30, 0.50]
+    para = [0.28, 0.35, 0.50, 0.44]
+    owner = [0, 0, 1, 1]
+    # |0.30-0.28| + |0.30-0.35| + |0.50-0.50| + |0.50-0.44| = 0.02 + 0.05 + 0 + 0.06 = 0.13; / 4
+    assert M.invariance_error(orig, para, owner) == pytest.approx(0.0325)
+
+
+def test_flip_gap_and_positive_rate_by_hand():
+    orig = [0.30, 0.50]
+    flip = [0.20, 0.31, 0.50, 0.40]
+    owner = [0, 0, 1, 1]
+    s = M.flip_sensitivity(orig, flip, owner)
+    # gaps: 0.10, -0.01, 0.00 (tie: not positive), 0.10
+    assert s.gap_mean == pytest.approx(0.19 / 4)
+    assert s.positive_rate == pytest.approx(0.5)
+    assert s.count == 4
+    by = M.flip_sensitivity_by_type(orig, flip, owner, ["color", "object", "color", "count"])
+    assert by["color"].positive_rate == pytest.approx(0.5) and by["color"].gap_mean == pytest.approx(0.05)
+    assert by["object"].positive_rate == 0.0 and by["count"].positive_rate == 1.0
+
+
+def test_empty_tables_are_nan_not_zero():
+    assert math.isnan(M.invariance_error([0.3], [], []))
+    assert M.flip_sensitivity([0.3], [], []).count == 0
+
+
+# ------------------------------------------------------------------ SPECS specificity rate
+def test_specificity_rates_by_hand():
+    prefix = [
+        [0.20, 0.25, 0.24, 0.30],  # steps: up, down, up -> SR_pos 2/3
+        [0.10, 0.20, 0.30],  # up, up -> 1
+        [0.50, 0.60],  # 1 step -> skipped (<= 1 step)
+    ]
+    wrong = [
+        [0.19, 0.26, 0.20],  # prefix beats wrong: yes, no, yes -> 2/3
+        [0.05, float("nan")],  # one valid step -> skipped for SR_neg
+        [0.40],
+    ]
+    pos, neg, mean = M.specificity_rates(prefix, wrong)
+    assert pos.rate == pytest.approx((2 / 3 + 1) / 2) and pos.n_images == 2 and pos.n_skipped == 1
+    assert neg.rate == pytest.approx(2 / 3) and neg.n_images == 1 and neg.n_skipped == 2
+    assert mean == pytest.approx(((2 / 3 + 1) / 2 + 2 / 3) / 2)
+
+
+# ------------------------------------------------------------------ suites
+def test_i2t_with_several_true_captions_and_ties():
+    S = np.array([[0.5, 0.4, 0.3]])
+    assert M.i2t_correct(S)
+    assert M.i2t_correct(S, [(0, 1)])  # SugarCrepe++ ITT: both positives beat the negative
+    assert not M.i2t_correct(np.array([[0.5, 0.2, 0.3]]), [(0, 1)])
+    assert not M.i2t_correct(np.array([[0.4, 0.4]]))  # a tie fails
+
+
+def test_winoground_by_hand():
+    # rows = images, cols = captions
+    S = np.array([[0.9, 0.1], [0.95, 0.2]])
+    w = M.winoground(S)
+    # text: 0.9>0.1 yes; 0.2>0.95 no -> False. image: c0: 0.9>0.95 no -> False
+    assert (w.text, w.image, w.group) == (False, False, False)
+    S = np.array([[0.6, 0.5], [0.4, 0.7]])
+    assert M.winoground(S) == M.WinogroundScore(True, True, True)
+    S = np.array([[0.6, 0.5], [0.65, 0.7]])  # text ok; image: c0 0.6 > 0.65 no
+    assert M.winoground(S) == M.WinogroundScore(True, False, False)
+
+
+def test_sugarcrepe_pp_tot():
+    assert M.sugarcrepe_pp_tot(0.9, 0.8, 0.7)
+    assert not M.sugarcrepe_pp_tot(0.9, 0.95, 0.7)
+
+
+def test_aro_macro_accuracy_drops_small_groups():
+    correct = [True] * 20 + [False] * 5 + [True] * 3 + [False] * 27 + [True]
+    groups = ["on"] * 25 + ["under"] * 30 + ["rare"]
+    g = M.macro_accuracy(correct, groups, min_count=25)
+    assert g.macro == pytest.approx((20 / 25 + 3 / 30) / 2)
+    assert g.micro == pytest.approx(24 / 56)
+    assert g.excluded_groups == ("rare",) and g.n_groups == 2
+
+
+# ------------------------------------------------------------------ SPECS detail units
+@pytest.mark.parametrize("caption,units", [
+    ("A front view of a statue on cement in a park.", ["A front view of a statue on cement", "in a park."]),
+    ("The bus is parked near the station.", ["The bus is parked near the station."]),
+    ("In the background, a man is riding a horse.", ["In the background, a man is riding a horse."]),
+    ("A dog.", ["A dog."]),
+    ("The image shows a kitchen with white cabinets, a stainless steel refrigerator, and a wooden table.",
+     ["The image shows a kitchen with white cabinets,", "a stainless steel refrigerator,", "and a wooden table."]),
+    ("A cat sleeps on a sofa. A lamp stands next to the window.",
+     ["A cat sleeps on a sofa.", "A lamp stands next to the window."]),
+])
+def test_detail_units(caption, units):
+    assert detail_units(caption) == units
+
+
+def test_units_tile_the_caption():
+    cap = "A woman wearing a white hat holds an umbrella while walking down a busy street at night."
+    units = detail_units(cap)
+    assert " ".join(units) == cap and len(units) >= 2
