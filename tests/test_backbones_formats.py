@@ -117,6 +117,13 @@ def test_same_weights_same_vectors_in_every_format(ref):
     assert via_hf.family == "hf" and via_hf.pad_to_longest_exact and via_hf.context_length == 77
     for bb in (via_open_clip, via_ckpt, via_hf):
         _check_vectors(bb, ref)
+    # the folder is a complete transformers checkpoint: CLIPProcessor loads it as other tools do
+    from transformers import CLIPProcessor
+
+    proc = CLIPProcessor.from_pretrained(str(hf_dir))
+    assert proc.tokenizer(TEXTS[1])["input_ids"] == via_ckpt.tokenize([TEXTS[1]])[0]
+    assert torch.equal(proc(images=Image.open(ref["images"][0]), return_tensors="pt")["pixel_values"][0],
+                       via_hf.preprocess(Image.open(ref["images"][0])))
     # patch tokens and per-token text features agree across adapters too
     g0, p0 = Encoder(via_ckpt).image_patches(ref["images"])
     g1, p1 = Encoder(via_hf).image_patches(ref["images"])

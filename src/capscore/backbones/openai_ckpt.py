@@ -41,7 +41,8 @@ Architecture choices the state dict cannot tell us:
   Override both with spec options after ``#``:
   ``ckpt:PATH#arch=ViT-L-14`` builds that open_clip architecture (its heads,
   activation and all) and loads the weights into it strictly;
-  ``ckpt:PATH#quick_gelu=0`` switches the activation only.
+  ``ckpt:PATH#quick_gelu=0`` switches the activation only (with ``arch``,
+  ``quick_gelu=1`` forces QuickGELU; otherwise the architecture's own applies).
 
 Context length comes from ``positional_embedding`` (77, or 248 for LongCLIP).
 ``context_length=248`` on a 77-position model applies LongCLIP's
