@@ -371,3 +371,21 @@ def test_siglip_folder_matches_transformers_own_forward(tmp_path):
     enc = Encoder(bb)
     assert (enc.encode_texts(texts) - out.text_embeds).abs().max() <= TOL
     assert (enc.encode_images(images) - out.image_embeds).abs().max() <= TOL
+
+
+def test_resnet_checkpoint_loads(tmp_path):
+    """OpenAI's ModifiedResNet towers (RN50 family) use the same loader; tiny shapes here."""
+    from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = CLIP(32, CLIPVisionCfg(layers=(1, 1, 1, 1), width=16, image_size=64),
+                     CLIPTextCfg(width=64, heads=1, layers=1), quick_gelu=True).eval()
+    torch.save(model.state_dict(), tmp_path / "rn.pt")
+    bb = load_backbone(f"ckpt:{tmp_path / 'rn.pt'}")
+    assert not bb.has_patch_tokens  # attention-pooled: no patch tokens in the joint space
+    pixels = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert (bb.forward_images(pixels)[0] - model.encode_image(pixels)).abs().max() <= TOL
+        expected = F.normalize(model.encode_text(open_clip.tokenize(TEXTS)), dim=-1)
+    assert (Encoder(bb).encode_texts(TEXTS) - expected).abs().max() <= TOL
