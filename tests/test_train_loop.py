@@ -135,3 +135,20 @@ def test_resolve_params_types_and_unknown():
         resolve_params(r, {"gama": "1"})
     with pytest.raises(CapscoreError, match="did you mean 'specs'"):
         get_recipe("spec")
+
+
+def test_cli_train_writes_loadable_checkpoint_and_card(tmp_path):
+    from capscore.backbones import load_backbone
+    from capscore.cli import main
+
+    out = tmp_path / "run"
+    argv = ["-q", "train", "contrastive", "--model", "capscore-test-tiny", "--data", "scenes:16", "--out", str(out),
+            "--steps", "2", "--batch-size", "8", "--eval-scenes", "0", "--set", "stretch=1"]
+    assert main(argv) == 0
+    card = json.loads((out / "card.json").read_text())
+    assert card["recipe"] == "contrastive" and card["recipe_params"]["stretch"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        back = load_backbone(f"ckpt:{out / 'model.safetensors'}")
+    assert back.context_length == 248
+    assert main(argv + ["--set", "nope=1"]) == 2  # user error: one line, exit 2
