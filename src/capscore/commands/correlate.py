@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 from capscore.errors import CapscoreError
@@ -126,6 +127,9 @@ def _score_and_correlate(args, ds, common):
             results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
                                     ref_sample=args.ref_sample or None, ref_draws=args.ref_draws,
                                     skip_bad=args.skip_bad, **common))
+        st = encoder.stats
+        print(f"{spec}: encoded {st.images_encoded} images and {st.texts_encoded} texts; "
+              f"{st.images_cached} images and {st.texts_cached} texts came from the cache", file=sys.stderr)
     return results
 
 
@@ -161,8 +165,9 @@ def format_table(results) -> str:
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     r0 = results[0]
-    lines = [f"{r0.dataset} ({r0.source}); statistics ×100, 95% bootstrap intervals over {r0.n_resamples} "
-             f"resamples, seed {r0.seed}", fmt(head), fmt(["-" * w for w in widths])]
+    boot = (f"95% bootstrap intervals over {r0.n_resamples} resamples" if r0.n_resamples else "no bootstrap")
+    lines = [f"{r0.dataset} ({r0.source}); statistics ×100, {boot}, seed {r0.seed}", fmt(head),
+             fmt(["-" * w for w in widths])]
     lines += [fmt(c) for c in rows]
     skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
     if skipped:
