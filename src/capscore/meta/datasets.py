@@ -658,9 +658,11 @@ def load_hf(path, images, *, name: str, split: str | None = None, extract_to=Non
                 raise InputError(str(f), f"no {what} column", expected=" or ".join(options), got=sorted(cols))
             chosen[what] = hit[0]
         names = [chosen["caption"], chosen["image"], chosen["human score"]] + (["refs"] if "refs" in cols else [])
+        row_no = 0
         for batch in table.select(names).to_batches(max_chunksize=1024):
             for r in batch.to_pylist():
-                where = f"{f}: row {len(items) + sum(skipped.values())}"
+                where = f"{f}: row {row_no}"
+                row_no += 1
                 human = _number(r[chosen["human score"]], where, repr(chosen["human score"]))
                 if math.isnan(human):
                     _count(skipped, "NaN score")
