@@ -220,6 +220,10 @@ def test_refuses_to_overwrite_without_resume(tmp_path, data, capsys):
     assert score(tmp_path, *args) == 2
     one_line_error(capsys, "o.jsonl already exists", "--resume", "--overwrite")
     assert out.read_bytes() == before
+    fresh = tmp_path / "fresh.csv"
+    assert main(["-q", "score", "--model", "ViT-B-32-nosuch", *map(str, args[:-1]), str(fresh)]) == 2
+    one_line_error(capsys, "unknown open_clip architecture 'ViT-B-32-nosuch'")
+    assert not fresh.exists()  # a failed model load leaves no half-made output behind
 
 
 @pytest.mark.parametrize("ext", ["jsonl", "csv"])

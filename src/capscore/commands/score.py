@@ -69,7 +69,7 @@ def run(args) -> int:
         raise CapscoreError("--resume and --overwrite contradict each other; choose one")
     out = Path(args.out)
     output_format(out)
-    metric, default_prefix, needs_refs = _metric(args.metric)
+    metric, default_prefix = _metric(args.metric)
     prefix = default_prefix if args.prefix is None else args.prefix
 
     # inputs: whole-file problems surface here, before any model is loaded
@@ -83,32 +83,34 @@ def run(args) -> int:
     streams = [read_captions(c, images=images, refs=refs) for c in args.captions]
     items: Iterator = itertools.chain.from_iterable(streams)
 
+    from capscore.backbones import load_backbone
+
+    backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
+                             trust_remote_code=args.trust_remote_code)  # before touching --out
     writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite)
     try:
-        return _run(args, out, items, writer, prior, metric, prefix, needs_refs, read_rows)
+        return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows)
     finally:
         if writer is not None:
             writer.close(complete=False)  # no-op after a successful close
 
 
 def _metric(name: str):
+    """(MetricSpec, default prefix); None for ABE-CLIP, which is a pair scorer, not a CLIPScore formula."""
     if name == "abe":
-        return None, "", False
+        return None, ""
     from capscore.scores.clipscore import get_metric
 
     spec = get_metric(name)
-    return spec, spec.default_prefix, spec.needs_refs
+    return spec, spec.default_prefix
 
 
-def _run(args, out, items, writer, prior, metric, prefix, needs_refs, read_rows) -> int:
-    from capscore.backbones import load_backbone
+def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -> int:
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import Encoder, MemoryCache
     from capscore.scores.scorer import Summary
 
     quiet = getattr(args, "quiet", False)
-    backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
-                             trust_remote_code=args.trust_remote_code)
     config = {
         "model": args.model, "backbone": backbone.identity, "metric": args.metric, "prefix": prefix,
         "images": _abs(args.images), "captions": [_abs(c) for c in args.captions],
