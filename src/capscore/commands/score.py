@@ -59,6 +59,7 @@ def summary_path(out: Path) -> Path:
 
 
 def run(args) -> int:
+    from capscore.backbones import load_backbone
     from capscore.data.captions import index_images, load_refs, read_captions
     from capscore.report.writers import open_writer, output_format, read_rows
 
@@ -82,8 +83,6 @@ def run(args) -> int:
                             "so rename one")
     streams = [read_captions(c, images=images, refs=refs) for c in args.captions]
     items: Iterator = itertools.chain.from_iterable(streams)
-
-    from capscore.backbones import load_backbone
 
     backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                              trust_remote_code=args.trust_remote_code)  # before touching --out
