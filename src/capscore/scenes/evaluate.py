@@ -1,0 +1,110 @@
+"""Evaluate a backbone on synthetic scenes it was not trained on (``capscore scenes eval``).
+
+Two sets, both from ``seed`` (default :data:`EVAL_SEED`, disjoint from any training seed < 1000):
+
+* **seen** — ``generate_scenes(n, seed=seed, split="train")``: new scenes, but every (shape, colour)
+  pair in them occurs in training;
+* **unseen** — ``generate_scenes(n, seed=seed, split="heldout")``: each scene holds at least one
+  held-out pair; flip items are kept only when the *correct* caption names a held-out pair.
+
+Measured, all through the :class:`~capscore.embed.engine.Encoder` (cosine of normalised vectors, no
+prompt prefix unless ``prefix`` is given):
+
+* retrieval R@1 between the ``n`` images and their short captions, image->text and text->image. Scenes
+  can share a short caption ("A picture of a red circle."), so a hit is any retrieved caption (image)
+  whose text equals the query's own short caption;
+* pos>neg accuracy, one item per (scene, kind) where the scene allows it: the correct caption must get
+  a strictly higher cosine than its flawed twin (``make_flaw``) — ties count as failures.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+EVAL_SEED = 12345
+EVAL_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
+
+
+def flip_items(scenes, *, seed: int, kinds=EVAL_KINDS, unseen_only: bool = False) -> list[dict]:
+    """(scene, kind, correct, flawed) rows; with ``unseen_only``, only items whose correct caption
+    names a held-out (shape, colour) pair."""
+    from capscore.scenes import applicable_errors, heldout_pairs, make_flaw
+
+    out = []
+    for s in scenes:
+        held = heldout_pairs(s.split_seed)
+        ok = applicable_errors(s)
+        for k, kind in enumerate(kinds):
+            if kind not in ok:
+                continue
+            rng = np.random.default_rng([seed, s.index, k, 99])
+            flaw = make_flaw(s, kind, rng)
+            named = {f[1:3] for f in flaw.correct_caption.facts() if f[0] == "obj"}
+            if unseen_only and not (named & held):
+                continue
+            out.append({"scene": s.id, "kind": kind, "correct": flaw.correct, "flawed": flaw.flawed,
+                        "detail": flaw.detail})
+    return out
+
+
+def _recall_at_1(img: torch.Tensor, txt: torch.Tensor, captions: list[str]) -> tuple[float, float]:
+    sim = img @ txt.T  # (N, N)
+    same = np.array([[a == b for b in captions] for a in captions])
+    i2t = same[np.arange(len(captions)), sim.argmax(1).numpy()].mean()
+    t2i = same[np.arange(len(captions)), sim.argmax(0).numpy()].mean()
+    return float(i2t), float(t2i)
+
+
+def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str) -> dict:
+    images = {s.id: s.render() for s in scenes}
+    img = encoder.encode_images(list(images.values()))
+    captions = [s.short_caption() for s in scenes]
+    txt = encoder.encode_texts([prefix + c for c in captions])
+    i2t, t2i = _recall_at_1(img, txt, captions)
+    row = {"n_scenes": len(scenes), "i2t_r1": i2t, "t2i_r1": t2i, "flips": {}}
+    items = flip_items(scenes, seed=seed, unseen_only=unseen_only)
+    index = {s.id: i for i, s in enumerate(scenes)}
+    if items:
+        good = encoder.encode_texts([prefix + it["correct"] for it in items])
+        bad = encoder.encode_texts([prefix + it["flawed"] for it in items])
+        im = img[[index[it["scene"]] for it in items]]
+        wins = ((im * good).sum(1) > (im * bad).sum(1)).numpy()
+        for kind in EVAL_KINDS:
+            sel = [w for w, it in zip(wins, items) if it["kind"] == kind]
+            if sel:
+                row["flips"][kind] = {"n": len(sel), "accuracy": float(np.mean(sel))}
+    return row
+
+
+def evaluate_scenes(backbone_or_encoder, *, n: int = 300, seed: int = EVAL_SEED, prefix: str = "") -> dict:
+    """{"seen": {...}, "unseen": {...}, "params": {...}} — see the module docstring."""
+    from capscore.embed.engine import Encoder
+    from capscore.errors import param_error
+    from capscore.scenes import generate_scenes
+
+    if not isinstance(n, int) or n < 2:
+        raise param_error("n", "evaluate_scenes", "an int >= 2", n)
+    enc = backbone_or_encoder if isinstance(backbone_or_encoder, Encoder) else Encoder(backbone_or_encoder)
+    seen = generate_scenes(n, seed=seed, split="train")
+    unseen = generate_scenes(n, seed=seed, split="heldout")
+    return {
+        "seen": _evaluate_set(enc, seen, seed=seed, unseen_only=False, prefix=prefix),
+        "unseen": _evaluate_set(enc, unseen, seed=seed, unseen_only=True, prefix=prefix),
+        "params": {"n": n, "seed": seed, "prefix": prefix, "backbone": enc.backbone.identity},
+    }
+
+
+def format_report(res: dict) -> str:
+    p = res["params"]
+    lines = [f"scenes evaluation: {p['n']} scenes per set, seed {p['seed']}, prefix {p['prefix']!r}",
+             f"{'':16s}{'seen':>16s}{'unseen':>16s}"]
+    s, u = res["seen"], res["unseen"]
+    lines.append(f"{'R@1 image->text':16s}{s['i2t_r1']:16.3f}{u['i2t_r1']:16.3f}")
+    lines.append(f"{'R@1 text->image':16s}{s['t2i_r1']:16.3f}{u['t2i_r1']:16.3f}")
+    for kind in EVAL_KINDS:
+        cells = []
+        for part in (s, u):
+            f = part["flips"].get(kind)
+            cells.append(f"{f['accuracy']:.3f} (n={f['n']})" if f else "-")
+        lines.append(f"{kind:16s}{cells[0]:>16s}{cells[1]:>16s}")
+    return "\n".join(lines)
