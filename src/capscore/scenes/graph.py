@@ -380,8 +380,8 @@ def _pattern_mask(pattern: str, cx: float, cy: float, r: float, side: int) -> np
         return band % 2 == 1
     # dotted: dots on a lattice offset by half a period from the centre
     p = max(3.0, r * 0.75)
-    dx = (xx - icx - p / 2) % p - p / 2
-    dy = (yy - icy - p / 2) % p - p / 2
+    dx = (xx - icx) % p - p / 2  # zero at icx + p/2: dots sit between the centre and the edge
+    dy = (yy - icy) % p - p / 2
     return dx * dx + dy * dy <= (p * 0.28) ** 2
 
 
