@@ -56,7 +56,7 @@ def test_claimed_rates_reproduce_on_the_fixed_seed(bb, claims):
             assert g["n"] == c["n"] and abs(g["accuracy"] - c["accuracy"]) <= TOLERANCE, (part, kind, g, c)
 
 
-def test_flip_wins_recomputed_with_plain_open_clip(bb):
+def test_flip_wins_recomputed_with_plain_open_clip(bb, claims):
     """Independent path: open_clip's own tokenizer (padded to 77) and encode_* on the raw model."""
     from capscore.scenes import applicable_errors, generate_scenes, make_flaw
 
@@ -75,4 +75,6 @@ def test_flip_wins_recomputed_with_plain_open_clip(bb):
     ours = ((e_img * enc.encode_texts([f.correct for _, f in items])).sum(1)
             > (e_img * enc.encode_texts([f.flawed for _, f in items])).sum(1)).numpy()
     assert (ref == ours).mean() >= 0.97  # same decisions through the engine (pad-to-longest, cache)
-    assert ref.mean() >= 0.9  # colour flips on seen combinations: the model card claims >= 95 %
+    # another sample of seen-combination colour flips (about 55 items): within sampling noise of the claim
+    claimed = claims["evaluation"]["seen"]["flips"]["color"]["accuracy"]
+    assert abs(ref.mean() - claimed) <= 0.1, (ref.mean(), claimed)
