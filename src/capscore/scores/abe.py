@@ -327,69 +327,85 @@ def _tokenizer(encoder: Encoder) -> tuple[Callable[[str], list[int]], int]:
     return (lambda s: bb.tokenize([s])[0]), len(bb.tokenize([""])[0])
 
 
+@dataclass(frozen=True)
+class _ObjectPlan:
+    """What one caption object needs: its spans, its pool neighbours and the attribute phrases."""
+
+    span: tuple[int, int]
+    attribute_spans: tuple[tuple[int, int], ...]
+    neighbours: tuple[str, ...]
+    mine: str  # A⁺ as a phrase prefix, e.g. "green vintage"
+    others: str  # A⁻, "" when no other object has an attribute of its own
+
+    def phrases(self, negative_binding: bool) -> list[str]:
+        out = [*self.neighbours, *(f"{self.mine} {o}" for o in self.neighbours)]
+        if self.others and negative_binding:
+            out += [f"{self.others} {o}" for o in self.neighbours]
+        return out
+
+
+def _plan_objects(encoder: Encoder, text: str, pairs: Sequence[AttributeObject], n_tokens: int,
+                  neighbours: dict[str, list[str]]) -> list[_ObjectPlan]:
+    """Token spans (clipped to the possibly truncated caption) and phrases of every object of ``text``."""
+    tokenize, n_special = _tokenizer(encoder)
+    last = n_tokens - 1  # the end token's position
+
+    def span(w: Word) -> tuple[int, int]:
+        s0, s1 = word_token_span(tokenize, text, w, n_special=n_special)
+        return s0, min(s1, last)
+
+    plans = []
+    for po in pairs:
+        o = span(po.object)
+        if o[0] >= o[1]:
+            continue  # object cut off by truncation
+        a_spans = tuple(a for a in map(span, po.attributes) if a[0] < a[1])
+        mine = [a.text.lower() for a in po.attributes]
+        others = [a.text.lower() for q in pairs if q is not po for a in q.attributes]
+        others = [a for a in dict.fromkeys(others) if a not in mine]
+        near = neighbours[po.object.lemma or po.object.text.lower()]
+        plans.append(_ObjectPlan(o, a_spans, tuple(near), " ".join(mine), " ".join(others)))
+    return plans
+
+
 def _prepare_captions(encoder: Encoder, texts: Sequence[str], config: AbeConfig) -> dict[str, _Caption]:
     """Unique captions -> token matrices, refined when ``config.refine`` (phrases encoded in one batch)."""
     uniq = list(dict.fromkeys(texts))
     feats = dict(zip(uniq, encoder.text_tokens(uniq)))
     tokenize, n_special = _tokenizer(encoder)
-    pairs = dict(zip(uniq, extract_pairs(uniq, spacy_model=config.spacy_model, attribute_deps=config.attribute_deps)))
-    if not config.refine:
-        pairs = {t: [] for t in uniq}
+    pairs = {t: [] for t in uniq}
+    if config.refine:
+        found = extract_pairs(uniq, spacy_model=config.spacy_model, attribute_deps=config.attribute_deps)
+        pairs = dict(zip(uniq, found))
 
-    # --- concept-pool neighbours of every object, and the phrases to encode
-    plan: dict[str, list[tuple[tuple[int, int], list[tuple[int, int]], list[str], str, str]]] = {}
-    phrases: list[str] = []
+    # --- concept-pool neighbours of every object, then every phrase of every caption in one batch
+    plans: dict[str, list[_ObjectPlan]] = {t: [] for t in uniq}
     if any(pairs.values()):
         pool = load_concept_pool(config.pool)
-        pool_vecs = encoder.encode_texts(list(pool.words))
         lemmas = sorted({po.object.lemma or po.object.text.lower() for ps in pairs.values() for po in ps})
-        near = nearest_concepts(encoder.encode_texts(lemmas), pool_vecs, p=config.p)
+        near = nearest_concepts(encoder.encode_texts(lemmas), encoder.encode_texts(list(pool.words)), p=config.p)
         neighbours = {lem: [pool.words[i] for i in row] for lem, row in zip(lemmas, near.tolist())}
-        for t in uniq:
-            L = len(feats[t].ids)
-            rows = []
-            for po in pairs[t]:
-                span = word_token_span(tokenize, t, po.object, n_special=n_special)
-                span = (span[0], min(span[1], L - 1))
-                if span[0] >= span[1]:
-                    continue  # object cut off by truncation
-                a_spans = []
-                for a in po.attributes:
-                    s = word_token_span(tokenize, t, a, n_special=n_special)
-                    if s[0] < min(s[1], L - 1):
-                        a_spans.append((s[0], min(s[1], L - 1)))
-                mine = [a.text.lower() for a in po.attributes]
-                others = [a.text.lower() for q in pairs[t] if q is not po for a in q.attributes]
-                others = [a for a in dict.fromkeys(others) if a not in mine]
-                objs = neighbours[po.object.lemma or po.object.text.lower()]
-                rows.append((span, a_spans, objs, " ".join(mine), " ".join(others)))
-                phrases += objs + [f"{' '.join(mine)} {o}" for o in objs]
-                if others and config.negative_binding:
-                    phrases += [f"{' '.join(others)} {o}" for o in objs]
-            plan[t] = rows
-    uniq_phrases = list(dict.fromkeys(phrases))
-    phrase_feats = dict(zip(uniq_phrases, encoder.text_tokens(uniq_phrases))) if uniq_phrases else {}
-    n_word = {}
+        plans = {t: _plan_objects(encoder, t, pairs[t], len(feats[t].ids), neighbours) for t in uniq}
+    phrases = list(dict.fromkeys(ph for ps in plans.values() for p in ps for ph in p.phrases(config.negative_binding)))
+    phrase_feats = dict(zip(phrases, encoder.text_tokens(phrases))) if phrases else {}
 
-    def last_word(phrase: str, word: str) -> torch.Tensor:
+    def F_(phrase: str, word: str) -> torch.Tensor:
         """F(·, word): mean of the word's tokens, which end just before the phrase's end token."""
-        if word not in n_word:
-            n_word[word] = len(tokenize(word)) - n_special
+        n = len(tokenize(word)) - n_special
         v = phrase_feats[phrase].vectors
-        return v[len(v) - 1 - n_word[word] : len(v) - 1].mean(0)
+        return v[len(v) - 1 - n : len(v) - 1].mean(0)
 
     out = {}
     for t in uniq:
         f = feats[t]
-        D = f.vectors.shape[-1]
         bindings = []
-        for span, a_spans, objs, mine, others in plan.get(t, []):
-            bare = torch.stack([last_word(o, o) for o in objs])
-            plus = torch.stack([last_word(f"{mine} {o}", o) for o in objs])
-            b_minus = torch.zeros(D)
-            if others and config.negative_binding:
-                b_minus = binding_vector(torch.stack([last_word(f"{others} {o}", o) for o in objs]), bare)
-            bindings.append(Binding(span, tuple(a_spans), binding_vector(plus, bare), b_minus))
+        for p in plans[t]:
+            bare = torch.stack([F_(o, o) for o in p.neighbours])  # (P, D)
+            b_plus = binding_vector(torch.stack([F_(f"{p.mine} {o}", o) for o in p.neighbours]), bare)
+            b_minus = torch.zeros_like(b_plus)
+            if p.others and config.negative_binding:
+                b_minus = binding_vector(torch.stack([F_(f"{p.others} {o}", o) for o in p.neighbours]), bare)
+            bindings.append(Binding(p.span, p.attribute_spans, b_plus, b_minus))
         vectors = f.vectors
         refined = refine_tokens(vectors, bindings, negative_binding=config.negative_binding) if bindings else vectors
         lo, hi = (0, len(vectors)) if config.special_tokens else (1, len(vectors) - 1)
