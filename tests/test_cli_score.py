@@ -6,10 +6,15 @@ padding, and the CLIPScore formulas written out by hand.
 """
 import csv
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import numpy as np
 import open_clip
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 import torch
 from PIL import Image
@@ -226,7 +231,31 @@ def test_refuses_to_overwrite_without_resume(tmp_path, data, capsys):
     assert not fresh.exists()  # a failed model load leaves no half-made output behind
 
 
-@pytest.mark.parametrize("ext", ["jsonl", "csv"])
+def test_resume_after_a_real_sigkill(tmp_path, make_images):
+    paths = make_images(3)
+    n = 20000
+    caps = write_jsonl(tmp_path / "caps.jsonl",
+                       [{"image": f"img{i % 3}.png", "caption": f"a caption with number {i}"} for i in range(n)])
+    out = tmp_path / "o.jsonl"
+    cmd = [sys.executable, "-m", "capscore.cli", "-q", "score", "--model", MODEL, "--images", str(paths[0].parent),
+           "--captions", str(caps), "--out", str(out), "--chunk-size", "100", "--no-cache"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while (not out.exists() or out.stat().st_size < 10_000) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    written = out.read_bytes().count(b"\n")
+    assert 0 < written < n, "the run was not interrupted mid-way"
+    assert main(["-q", "score", "--model", MODEL, "--images", str(paths[0].parent), "--captions", str(caps),
+                 "--out", str(out), "--chunk-size", "5000", "--no-cache", "--resume"]) == 0
+    ids = [r["id"] for r in rows(out)]
+    assert ids == [str(i) for i in range(1, n + 1)]  # nothing lost, nothing twice
+    summary = json.loads((tmp_path / "o.jsonl.summary.json").read_text())
+    assert summary["count"] == n and summary["resumed_rows"] == written
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "csv", "parquet"])
 def test_resume_after_kill_equals_uninterrupted_run(tmp_path, make_images, ext):
     paths = make_images(5)
     caps = write_jsonl(tmp_path / "caps.jsonl",
@@ -235,16 +264,21 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path, make_images, ext):
     common = ["--images", paths[0].parent, "--captions", caps, "--chunk-size", "4"]
     assert score(tmp_path, *common, "--out", full, "--no-cache") == 0
     # a killed run: 3 chunks flushed, then half of the next record
-    data = full.read_bytes()
-    lines = data.split(b"\n")
-    header = 1 if ext == "csv" else 0
-    kept = b"\n".join(lines[: header + 12]) + b"\n" + lines[header + 12][:15]
-    part.write_bytes(kept)
+    if ext == "parquet":  # Parquet rows live in a JSONL journal until the run ends
+        lines = [json.dumps(r).encode() for r in pq.read_table(full).to_pylist()]
+        kept = b"\n".join(lines[:12]) + b"\n" + lines[12][:15]
+        (tmp_path / "part.parquet.partial.jsonl").write_bytes(kept)
+    else:
+        lines = full.read_bytes().split(b"\n")
+        header = 1 if ext == "csv" else 0
+        kept = b"\n".join(lines[: header + 12]) + b"\n" + lines[header + 12][:15]
+        part.write_bytes(kept)
     (tmp_path / f"part.{ext}.summary.json").write_text(
         (tmp_path / f"full.{ext}.summary.json").read_text().replace(f"full.{ext}", f"part.{ext}"))
     assert score(tmp_path, *common, "--out", part, "--resume", "--no-cache") == 0
-    a, b = (pd.read_json(f, lines=True, dtype={"id": str}) if ext == "jsonl" else pd.read_csv(f, dtype={"id": str})
-            for f in (full, part))
+    read = {"jsonl": lambda f: pd.read_json(f, lines=True, dtype={"id": str}),
+            "csv": lambda f: pd.read_csv(f, dtype={"id": str}), "parquet": pd.read_parquet}[ext]
+    a, b = read(full), read(part)
     assert b["id"].tolist() == [str(i) for i in range(1, 24)] == a["id"].tolist()  # none lost, none twice
     np.testing.assert_allclose(b["score"], a["score"], atol=1e-6)
     s = json.loads((tmp_path / f"part.{ext}.summary.json").read_text())
