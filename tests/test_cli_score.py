@@ -6,6 +6,7 @@ padding, and the CLIPScore formulas written out by hand.
 """
 import csv
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -233,15 +234,17 @@ def test_refuses_to_overwrite_without_resume(tmp_path, data, capsys):
 
 def test_resume_after_a_real_sigkill(tmp_path, make_images):
     paths = make_images(3)
-    n = 20000
+    n = 1000
     caps = write_jsonl(tmp_path / "caps.jsonl",
                        [{"image": f"img{i % 3}.png", "caption": f"a caption with number {i}"} for i in range(n)])
     out = tmp_path / "o.jsonl"
     cmd = [sys.executable, "-m", "capscore.cli", "-q", "score", "--model", MODEL, "--images", str(paths[0].parent),
-           "--captions", str(caps), "--out", str(out), "--chunk-size", "100", "--no-cache"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+           "--captions", str(caps), "--out", str(out), "--chunk-size", "1", "--no-cache"]
+    # chunks of one caption (one fsync each) keep the child busy long enough to be killed mid-run
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.time() + 120
-    while (not out.exists() or out.stat().st_size < 10_000) and proc.poll() is None and time.time() < deadline:
+    while (not out.exists() or out.stat().st_size < 2_000) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
