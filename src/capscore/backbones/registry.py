@@ -64,7 +64,7 @@ CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
 
 def _load_bundled(name: str, **opts) -> Backbone:
     module, func = BUNDLED[name].split(":")
-    return getattr(importlib.import_module(module), func)(spec=name, **opts)
+    return getattr(importlib.import_module(module), func)(**{**opts, "spec": name})  # opts may hold spec already
 
 
 def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False, **opts) -> Backbone:
