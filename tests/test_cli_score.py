@@ -323,3 +323,16 @@ def test_abe_metric_dispatches_to_the_abe_scorer(tmp_path, data):
     bb = load_backbone(MODEL, seed=0)
     expected = abe.make_abe_scorer()(Encoder(bb), paths, list(caps.values()))  # ABE uses no prefix by default
     np.testing.assert_allclose([r["score"] for r in rows(out)], expected.numpy(), atol=1e-5)
+
+
+def test_default_model_is_the_bundled_scenes_tiny(tmp_path, data):
+    pytest.importorskip("capscore.scenes.tiny")
+    paths, caps, _ = data
+    out = tmp_path / "o.jsonl"
+    argv = ["-q", "score", "--images", paths[0].parent, "--captions", tmp_path / "sysA.json", "--out", out,
+            "--cache-dir", tmp_path / "cache"]
+    assert main([str(a) for a in argv]) == 0
+    summary = json.loads((tmp_path / "o.jsonl.summary.json").read_text())
+    assert summary["model"] == "scenes-tiny" and summary["backbone"].split("|")[0].endswith("scenes-tiny")
+    assert summary["prefix"] == PREFIX and summary["count"] == 4
+    assert all(0.0 <= r["score"] <= 2.5 for r in rows(out))
