@@ -80,3 +80,16 @@ def test_overwrite_replaces_and_finished_parquet_is_read_only(tmp_path):
     assert w is None and prior == pq and len(list(read_rows(prior))) == 3
     with pytest.raises(CapscoreError, match="unsupported --out format '.txt'"):
         open_writer(tmp_path / "r.txt")
+
+
+def test_resume_never_cuts_a_file_that_is_not_a_result_file(tmp_path):
+    theirs = tmp_path / "theirs.csv"
+    theirs.write_bytes(b"a,b\n1,2\n3,")
+    with pytest.raises(CapscoreError, match="not a capscore result file"):
+        open_writer(theirs, resume=True)
+    assert theirs.read_bytes() == b"a,b\n1,2\n3,"
+    other = tmp_path / "other.jsonl"
+    other.write_bytes(b'{"x": 1}\n{"x": 2')
+    with pytest.raises(CapscoreError, match="not a capscore result row"):
+        open_writer(other, resume=True)
+    assert other.read_bytes() == b'{"x": 1}\n{"x": 2'

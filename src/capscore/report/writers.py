@@ -215,12 +215,15 @@ def repair(path: Path) -> int:
     data = path.read_bytes()
     if path.suffix.lower() == ".csv":
         header_end = data.find(b"\n") + 1
-        if header_end == 0:
-            keep = 0
-        else:
-            keep = header_end + complete_csv_prefix(data[header_end:])
+        if header_end and data[:header_end].decode("utf-8", "replace").strip() != ",".join(COLUMNS):
+            raise InputError(f"{path}:1", "not a capscore result file; refusing to cut it",
+                             expected=",".join(COLUMNS), got=data[:header_end].decode("utf-8", "replace").strip())
+        keep = header_end + complete_csv_prefix(data[header_end:]) if header_end else 0
     else:
         keep = complete_jsonl_prefix(data)
+        first = data[: data.find(b"\n")] if keep else b""
+        if first.strip():
+            _row_from_json(json.loads(first), f"{path}:1")  # raises on a file that is not ours
     if keep < len(data):
         with open(path, "r+b") as f:
             f.truncate(keep)
