@@ -110,3 +110,11 @@ def test_manifest_ids_and_relative_paths(tmp_path):
     dup.write_text("id,path\na,1.png\na,2.png\n")
     with pytest.raises(InputError, match=r"m\.csv:3: duplicate image id 'a'"):
         index_images(dup)
+
+
+def test_undecodable_bytes_stop_the_file_instead_of_dropping_its_rest(folder, tmp_path):
+    caps = tmp_path / "c.jsonl"
+    caps.write_bytes(b'{"image": "COCO_1.jpg", "caption": "ok"}\n{"image": "COCO_2.png", "caption": "\xff\xfe"}\n')
+    items = read_captions(caps, images=index_images(folder))
+    with pytest.raises(InputError, match=r"c\.jsonl:2: not UTF-8 text"):
+        list(items)

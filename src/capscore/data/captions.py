@@ -254,7 +254,7 @@ def _check_suffix(path: Path, option: str) -> None:
 
 def _open_text(path: Path):
     try:
-        return open(path, encoding="utf-8", newline="")
+        return open(path, encoding="utf-8-sig", newline="")  # -sig: files saved by Excel start with a BOM
     except FileNotFoundError:
         raise InputError(str(path), "file not found") from None
     except OSError as e:
@@ -322,8 +322,8 @@ def _csv_rows(f, reader, path):
             except StopIteration:
                 return
             except (csv.Error, UnicodeDecodeError) as e:
-                yield f"{path}:{line}", f"malformed CSV ({e})"
-                return  # the reader cannot recover its position reliably
+                # fatal even with --skip-bad: the reader cannot resync, and the rest of the file must not vanish
+                raise InputError(f"{path}:{line}", f"malformed CSV ({e})") from None
             if None in row or any(v is None for v in row.values()):
                 yield f"{path}:{line}", f"malformed CSV row: {len(reader.fieldnames)} fields expected"
                 continue
@@ -331,17 +331,18 @@ def _csv_rows(f, reader, path):
 
 
 def _jsonl_rows(f, path):
-    with f:
-        lineno = 0
-        while True:
+    f.close()  # JSONL is read as bytes, line by line, so a decoding error names its own line
+    try:
+        fb = open(path, "rb")
+    except OSError as e:
+        raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
+    with fb:
+        for lineno, raw in enumerate(fb, 1):
             try:
-                line = f.readline()
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError:
-                yield f"{path}:{lineno + 1}", "not UTF-8 text"
-                return
-            if not line:
-                return
-            lineno += 1
+                # fatal even with --skip-bad, like a broken CSV: never let the rest of a file vanish silently
+                raise InputError(f"{path}:{lineno}", "not UTF-8 text") from None
             if not line.strip():
                 continue
             where = f"{path}:{lineno}"
