@@ -75,3 +75,20 @@ def test_patch_and_token_features(tiny_backbone, make_images):
     (feat,) = enc.text_tokens(["a red cube"])
     assert feat.vectors.shape[0] == len(feat.ids) == 5 and feat.tokens[2] == "red"
     assert torch.allclose(feat.global_, enc.encode_texts(["a red cube"])[0], atol=1e-5)
+
+
+def test_warm_run_reads_but_never_decodes(tiny_backbone, make_images, tmp_path, monkeypatch):
+    from capscore.embed.images import ImageRef
+
+    paths = make_images(4)
+    Encoder(tiny_backbone, cache=tmp_path / "c").encode_images(paths)
+    calls = []
+    real = ImageRef.decode
+    monkeypatch.setattr(ImageRef, "decode", lambda self, payload: calls.append(1) or real(self, payload))
+    warm = Encoder(tiny_backbone, cache=tmp_path / "c")
+    warm.encode_images(paths)
+    assert warm.stats.images_cached == 4 and calls == []
+    paths[0].write_bytes(make_images(1, seed=7, folder="other")[0].read_bytes())  # content changed
+    again = Encoder(tiny_backbone, cache=tmp_path / "c")
+    again.encode_images(paths)
+    assert again.stats.images_encoded == 1 and len(calls) == 1  # keyed on bytes, not on the path

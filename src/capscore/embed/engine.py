@@ -199,24 +199,28 @@ class Encoder:
         return [index[t] for t in texts]
 
     # ---------------------------------------------------------------- images
-    def _read_all(self, items: list[tuple[int, ImageRef]], errors: dict[int, str] | None):
-        """Decode images in worker threads -> list of (content key, PIL), or None where
-        decoding failed and ``errors`` (keyed by the given index) records why."""
+    def _map(self, fn, items: list[tuple[int, object]], errors: dict[int, str] | None):
+        """Apply ``fn(i, x)`` in worker threads; an InputError is raised, or recorded in
+        ``errors`` (keyed by i) with None in its place."""
 
-        def load(item):
-            i, ref = item
+        def call(item):
+            i, x = item
             try:
-                return ref.load()
+                return fn(i, x)
             except InputError as e:
                 if errors is None:
                     raise
                 errors[i] = str(e)
                 return None
 
-        if len(items) == 1:
-            return [load(items[0])]
+        if len(items) <= 1:
+            return [call(it) for it in items]
         with ThreadPoolExecutor(self.workers) as pool:
-            return list(pool.map(load, items))
+            return list(pool.map(call, items))
+
+    def _read_all(self, items: list[tuple[int, ImageRef]], errors: dict[int, str] | None):
+        """Read and decode images in worker threads -> (content key, PIL) or None."""
+        return self._map(lambda i, ref: ref.load(), items, errors)
 
     def encode_images(self, images: Sequence, *, errors: dict[int, str] | None = None) -> torch.Tensor:
         """Images (paths, PIL images or ImageRefs) -> (N, D) normalised float32 vectors.
@@ -237,21 +241,25 @@ class Encoder:
         chunk = self.image_batch_size * 4
         for s in range(0, len(uniq_idx), chunk):
             idx = uniq_idx[s : s + chunk]
-            loaded = self._read_all([(i, refs[i]) for i in idx], failed)
-            ok = [(i, item) for i, item in zip(idx, loaded) if item is not None]
+            # Hash the bytes first; decode only what the cache does not already hold.
+            read = self._map(lambda i, ref: ref.read(), [(i, refs[i]) for i in idx], failed)
+            ok = [(i, item) for i, item in zip(idx, read) if item is not None]
             keys = {i: cache_key(bb.identity, "image", item[0]) for i, item in ok}
             found = self.cache.get_many(list(keys.values()))
-            todo = []
-            for i, (_, im) in ok:
+            misses = []
+            for i, (_, payload) in ok:
                 if keys[i] in found:
                     got[i] = found[keys[i]]
                     self.stats.images_cached += 1
                 else:
-                    todo.append((i, im))
+                    misses.append((i, payload))
+            # Decode + preprocess in worker threads (PIL and torchvision release the GIL).
+            pixels = self._map(lambda i, payload: bb.preprocess(refs[i].decode(payload)), misses, failed)
+            todo = [(i, px) for (i, _), px in zip(misses, pixels) if px is not None]
             with torch.inference_mode():
                 for b in range(0, len(todo), self.image_batch_size):
                     part = todo[b : b + self.image_batch_size]
-                    px = torch.stack([bb.preprocess(im) for _, im in part])
+                    px = torch.stack([t for _, t in part])
                     g, _ = bb.forward_images(px.to(bb.device, bb.dtype))
                     g = F.normalize(g.float(), dim=-1).cpu().numpy()
                     new = [(keys[i], g[j]) for j, (i, _) in enumerate(part)]

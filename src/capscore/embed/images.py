@@ -38,25 +38,38 @@ class ImageRef:
             return f"path:{self.path}"
         return f"obj:{id(self.image)}"
 
-    def load(self) -> tuple[str, Image.Image]:
-        """Decode to RGB; returns (content key, image). Raises InputError naming the file."""
+    def read(self) -> tuple[str, bytes | Image.Image]:
+        """Read without decoding: (content key, file bytes or in-memory image).
+
+        The key is the SHA-256 of the file's bytes (or of the pixels), so the
+        cache can be consulted before paying for a decode.
+        """
         if self.image is not None:
             im = self.image.convert("RGB")
             h = hashlib.sha256(f"{im.size}".encode())
             h.update(im.tobytes())
             return "px:" + h.hexdigest(), im
-        path = self.path
         try:
-            data = path.read_bytes()
+            data = self.path.read_bytes()
         except FileNotFoundError:
             raise InputError(self.where(), "image file not found") from None
         except OSError as e:
             raise InputError(self.where(), f"cannot read image file ({e.strerror or e})") from None
+        return "sha256:" + hashlib.sha256(data).hexdigest(), data
+
+    def decode(self, payload: bytes | Image.Image) -> Image.Image:
+        """Decode what :meth:`read` returned to RGB; InputError names the file if it is not a valid image."""
+        if isinstance(payload, Image.Image):
+            return payload
         try:
-            with Image.open(io.BytesIO(data)) as im:
+            with Image.open(io.BytesIO(payload)) as im:
                 im.load()  # forces a full decode: truncated files fail here
-                rgb = im.convert("RGB")
+                return im.convert("RGB")
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             msg = "not an image file" if isinstance(e, UnidentifiedImageError) else f"unreadable or truncated image ({e})"
             raise InputError(self.where(), msg) from None
-        return "sha256:" + hashlib.sha256(data).hexdigest(), rgb
+
+    def load(self) -> tuple[str, Image.Image]:
+        """Read and decode: (content key, RGB image). Raises InputError naming the file."""
+        key, payload = self.read()
+        return key, self.decode(payload)
