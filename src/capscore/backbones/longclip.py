@@ -65,3 +65,35 @@ def split_long_positional(state_dict: dict, original: torch.Tensor | None = None
     sd["positional_embedding"] = (original if original is not None else pe).clone()
     sd["positional_embedding_res"] = pe.clone()
     return sd
+
+
+def resize_text_positions(text: torch.nn.Module, context_length: int) -> None:
+    """Give a causal CLIP text tower ``context_length`` positions, in place.
+
+    ``context_length`` equal to LongCLIP's stretch of the current length (77 -> 248)
+    applies :func:`stretch_positional_embedding`; a shorter one slices the table
+    (exact for captions that fit, the mask is causal). Anything else is refused:
+    plain interpolation (what open_clip's ``force_context_length`` does) is not
+    LongCLIP's rule. The causal mask is rebuilt for the new length.
+    """
+    from capscore.errors import CapscoreError
+
+    pe = text.positional_embedding
+    n = pe.shape[0]
+    if context_length == n:
+        return
+    with torch.no_grad():
+        if context_length == stretched_length(n):
+            new = stretch_positional_embedding(pe.detach())
+        elif 0 < context_length < n:
+            new = pe.detach()[:context_length].clone()
+        else:
+            raise CapscoreError(
+                f"context length {context_length} is not available for a {n}-position text tower; "
+                f"use {n}, less, or {stretched_length(n)} (LongCLIP's knowledge-preserved stretch)"
+            )
+    text.positional_embedding = torch.nn.Parameter(new.to(pe.dtype), requires_grad=pe.requires_grad)
+    mask = torch.full((context_length, context_length), float("-inf"), device=pe.device).triu_(1)
+    text.register_buffer("attn_mask", mask, persistent=False)
+    if hasattr(text, "context_length"):
+        text.context_length = context_length

@@ -63,6 +63,19 @@ class OpenClipBackbone(Backbone):
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
 
+    def set_context_length(self, context_length: int) -> None:
+        """77 -> 248 by LongCLIP's knowledge-preserved stretch, or a shorter slice (see
+        :func:`capscore.backbones.longclip.resize_text_positions`)."""
+        from capscore.backbones.longclip import resize_text_positions
+
+        if not self._fast_text:
+            from capscore.errors import CapscoreError
+
+            raise CapscoreError(f"{self.spec}: changing the context length needs a causal CLIP text tower")
+        resize_text_positions(self._text, context_length)
+        self.context_length = int(self._text.positional_embedding.shape[0])
+        self.invalidate_identity()
+
     # ------------------------------------------------------------------------------
     def _text_width(self) -> int:
         ln = getattr(self._text, "ln_final", None)
@@ -159,16 +172,20 @@ def load_open_clip(
 
     if tag == "schema":  # hf-hub:/local-dir: carry their own weights
         tag = None
-        kwargs_pretrained = True
+        has_weights = True
     else:
-        kwargs_pretrained = tag is not None
-    if not kwargs_pretrained:
+        has_weights = tag is not None
+    if not has_weights:
         warn(f"{arch}: no pretrained tag given; using RANDOM weights (seed={seed}) — for tests and benchmarks only")
-    logging.getLogger("root").setLevel(logging.ERROR)  # open_clip logs 'No pretrained weights' on the root logger
-    kwargs = {}
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # open_clip logs 'No pretrained weights...' on the root logger; we warned already
+    try:
+        model, preprocess = _seeded_create(arch, pretrained=tag, seed=seed)
+    finally:
+        root.setLevel(level)
+    tokenizer = open_clip.get_tokenizer(arch)
+    bb = OpenClipBackbone(model, preprocess, tokenizer, spec=spec if has_weights else f"{spec}#seed={seed}")
     if context_length is not None:
-        kwargs["force_context_length"] = context_length
-    model, preprocess = _seeded_create(arch, pretrained=tag, seed=seed, **kwargs)
-    tokenizer = open_clip.get_tokenizer(arch, context_length=context_length) if context_length else open_clip.get_tokenizer(arch)
-    bb = OpenClipBackbone(model, preprocess, tokenizer, spec=spec if kwargs_pretrained else f"{spec}#seed={seed}")
+        bb.set_context_length(context_length)
     return bb.to(device, resolve_dtype(dtype))

@@ -52,6 +52,9 @@ def configure(p) -> None:
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
     p.add_argument("--seed", type=int, default=0, help="seed for random-init backbones (default 0)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom code of hf: models")
+    p.add_argument("--context-length", type=int, metavar="N",
+                   help="text context: 248 stretches a 77-token CLIP tower with LongCLIP's knowledge-preserved "
+                        "rule; smaller values truncate (default: the model's own)")
 
 
 def summary_path(out: Path) -> Path:
@@ -85,6 +88,7 @@ def run(args) -> int:
     items: Iterator = itertools.chain.from_iterable(streams)
 
     backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
+                             context_length=args.context_length,
                              trust_remote_code=args.trust_remote_code)  # before touching --out
     writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite)
     try:
