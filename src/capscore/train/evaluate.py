@@ -27,9 +27,7 @@ def scene_evaluator(n: int = 48, *, seed: int = 10_000, languages: tuple[str, ..
     """A function backbone -> {metric: value} over ``n`` scenes (disjoint seed from training)."""
     from capscore.scenes import generate_scenes
 
-    # max_objects=5: graded captions may add a hallucinated object, and the scenes lexicon spells
-    # totals only up to six (a scenes-module limit noted in docs/train.md)
-    scenes = generate_scenes(n, seed=seed, max_objects=5)
+    scenes = generate_scenes(n, seed=seed)
     images = [s.render() for s in scenes]
     rng = np.random.default_rng(seed)
     graded = {lang: [s.graded(rng, n=graded_per_scene, lang=lang) for s in scenes] for lang in languages}
