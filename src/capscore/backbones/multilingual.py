@@ -188,13 +188,24 @@ def load_multilingual(
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()
     try:
-        text_model = transformers.AutoModel.from_pretrained(str(folder), dtype=torch.float32, **kw)
+        text_model, info = transformers.AutoModel.from_pretrained(
+            str(folder), dtype=torch.float32, output_loading_info=True, **kw
+        )
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), **kw)
     except (OSError, ValueError) as e:
         raise CapscoreError(f"{folder}: cannot load the text encoder or tokenizer ({str(e).splitlines()[0][:160]})") from None
     finally:
         if bars:
             transformers.utils.logging.enable_progress_bar()
+    # Weights absent from the folder are randomly initialised by transformers on every load.
+    # A pooler head (e.g. BERT's, saved without it) is unused by mean/CLS pooling: drop it, so it
+    # neither changes between loads nor enters the weights hash (the cache key). Anything else
+    # missing would make the vectors random: refuse.
+    missing = [k for k in info.get("missing_keys", []) if not k.startswith("pooler.")]
+    if missing:
+        raise CapscoreError(f"{folder}: the text encoder's weights lack {len(missing)} tensors (e.g. {missing[0]!r})")
+    if any(k.startswith("pooler.") for k in info.get("missing_keys", [])) and hasattr(text_model, "pooler"):
+        text_model.pooler = None
     hidden = int(getattr(text_model.config, "hidden_size", weight.shape[1]))
     if weight.shape[1] != hidden:
         raise CapscoreError(f"{proj_path}: projection takes {weight.shape[1]} inputs but the text encoder gives {hidden}")

@@ -1,0 +1,118 @@
+"""Conformance: every adapter in the registry and every metric in METRICS passes one contract.
+
+The cases are generated from ``ADAPTERS`` and ``METRICS``: adding an adapter or a
+metric without adding it here fails ``test_every_registry_row_is_covered``.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from capscore.backbones import ADAPTERS, load_backbone
+from capscore.embed import Encoder
+from capscore.scores import METRICS
+
+TEXTS = ["a dog", "a red cube left of a blue circle", "a dog", "x"]
+
+
+def _quiet(fn, *a, **k):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*a, **k)
+
+
+def _mclip(folder):
+    from transformers import BertConfig, BertModel, BertTokenizer
+
+    from capscore.backbones.multilingual import save_multilingual
+
+    words = ["a", "dog", "red", "cube", "left", "of", "blue", "circle", "x"]
+    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(vocab_size=len(words) + 5, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                intermediate_size=32, max_position_embeddings=40), add_pooling_layer=False).eval()
+    out = save_multilingual(folder / "student", text_model=bert, tokenizer=BertTokenizer(str(folder / "vocab.txt")),
+                            projection=torch.nn.Linear(16, 32), image_spec="capscore-test-tiny", image_seed=0)
+    return f"mclip:{out}"
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory):
+    """One --model spec per adapter row, each a real (small) architecture."""
+    from capscore.backbones.hf_convert import save_open_clip_as_hf, save_openai_checkpoint
+
+    d = tmp_path_factory.mktemp("conformance")
+    tiny = _quiet(load_backbone, "capscore-test-tiny", seed=3)
+    return {
+        "openclip": "capscore-test-tiny",
+        "bundled": "scenes-tiny",
+        "ckpt": f"ckpt:{save_openai_checkpoint(tiny, d / 'tiny.pt')}",
+        "hf": f"hf:{save_open_clip_as_hf(tiny, d / 'hf')}",
+        "mclip": _mclip(d),
+    }
+
+
+def test_every_registry_row_is_covered(specs):
+    assert set(specs) == set(ADAPTERS)
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    d = tmp_path_factory.mktemp("imgs")
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(3):
+        p = d / f"{i}.png"
+        Image.fromarray((rng.random((48, 40, 3)) * 255).astype("uint8")).save(p)
+        paths.append(p)
+    return paths
+
+
+@pytest.mark.parametrize("family", sorted(ADAPTERS))
+def test_backbone_contract(family, specs, images):
+    bb = _quiet(load_backbone, specs[family])
+    enc = Encoder(bb, batch_size=2)
+    t, i = enc.encode_texts(TEXTS), enc.encode_images(images)
+    # normalised float32 vectors of the declared width, in input order, duplicates identical
+    assert t.shape == (4, bb.embed_dim) and i.shape == (3, bb.embed_dim) and t.dtype == torch.float32
+    assert torch.allclose(t.norm(dim=-1), torch.ones(4), atol=1e-5)
+    assert torch.allclose(i.norm(dim=-1), torch.ones(3), atol=1e-5)
+    assert torch.equal(t[0], t[2]) and enc.stats.texts_encoded == 3
+    # batching never changes a vector: one at a time equals batched
+    single = torch.cat([Encoder(bb).encode_texts([x]) for x in TEXTS])
+    assert torch.allclose(single, t, atol=1e-5)
+    # tokenisation is untruncated and ends with the end token the engine keeps
+    ids = bb.tokenize(["a dog"])[0]
+    assert len(ids) >= 2 and bb.truncate(ids) == ids
+    # identity: stable across loads of the same weights, and it names the family's spec
+    again = _quiet(load_backbone, specs[family])
+    assert again.identity == bb.identity and specs[family].split(":")[-1][:8] in bb.identity
+    if bb.has_patch_tokens:
+        g, p = enc.image_patches(images)
+        assert p.ndim == 3 and p.shape[0] == 3 and p.shape[2] == bb.embed_dim
+        assert torch.allclose(g, i, atol=1e-5)
+    if bb.has_token_features:
+        (f,) = enc.text_tokens(["a dog"])
+        assert f.vectors.shape == (len(f.ids), bb.embed_dim) and torch.allclose(f.global_, t[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(METRICS))
+def test_metric_contract(name):
+    """Every metric: in [0, w], 0 for opposite vectors, w·cos for the reference-free ones, 0/0 -> 0."""
+    m = METRICS[name]
+    torch.manual_seed(0)
+    img = torch.nn.functional.normalize(torch.randn(16, 8), dim=-1)
+    txt = torch.nn.functional.normalize(torch.randn(16, 8), dim=-1)
+    refs = torch.nn.functional.normalize(torch.randn(16, 3, 8), dim=-1)
+    mask = torch.ones(16, 3, dtype=torch.bool)
+    s = m.compute(img, txt, refs, mask)
+    assert s.shape == (16,) and (s >= 0).all() and (s <= m.w + 1e-6).all()
+    opposite = m.compute(img, -img, -img.unsqueeze(1), torch.ones(16, 1, dtype=torch.bool))
+    assert torch.equal(opposite, torch.zeros(16))
+    if not m.needs_refs:
+        cos = (img * txt).sum(-1).clamp(min=0)
+        assert torch.allclose(s, m.w * cos)
