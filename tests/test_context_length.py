@@ -42,3 +42,27 @@ def test_short_captions_unchanged_and_long_ones_not_truncated():
 def test_unsupported_context_length_is_a_clear_error():
     with pytest.raises(CapscoreError, match="248"):
         _load(context_length=100)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pt"])
+def test_gelu_model_round_trips_through_openai_checkpoint(tmp_path, suffix):
+    """scenes-tiny uses GELU; the OpenAI layout cannot say so, so the loader must not assume QuickGELU."""
+    from capscore.backbones.hf_convert import save_openai_checkpoint
+
+    src = _quiet_scenes()
+    path = save_openai_checkpoint(src, tmp_path / f"m{suffix}")
+    back = _quiet_load(f"ckpt:{path}")
+    texts = ["a red circle", "two blue squares left of a large green star"]
+    assert torch.allclose(Encoder(src).encode_texts(texts), Encoder(back).encode_texts(texts), atol=1e-6)
+
+
+def _quiet_scenes():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_backbone("scenes-tiny")
+
+
+def _quiet_load(spec):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_backbone(spec)

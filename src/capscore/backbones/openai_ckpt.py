@@ -37,7 +37,10 @@ Architecture choices the state dict cannot tell us:
 * attention heads: taken from a registered open_clip architecture with exactly
   these shapes when one exists (e.g. ``capscore-test-tiny``), else OpenAI's
   rule ``width // 64`` (what OpenAI's, PAC-S' and LongCLIP's ``build_model`` use);
-* activation: QuickGELU (OpenAI CLIP and everything fine-tuned from it).
+* activation: recorded in the safetensors metadata of files capscore writes
+  (``capscore.quick_gelu``); else that of the registered architectures with
+  these shapes when they all agree (``scenes-tiny`` is GELU); else QuickGELU
+  (OpenAI CLIP and everything fine-tuned from it, PAC-S, LongCLIP).
   Override both with spec options after ``#``:
   ``ckpt:PATH#arch=ViT-L-14`` builds that open_clip architecture (its heads,
   activation and all) and loads the weights into it strictly;
@@ -244,13 +247,19 @@ def infer_config(sd: dict[str, torch.Tensor]) -> dict:
     return dict(embed_dim=sd["text_projection"].shape[1], vision_cfg=vision, text_cfg=text)
 
 
-def _registered_heads(cfg: dict) -> tuple[int, int] | None:
-    """Heads of a registered open_clip architecture with exactly these shapes, if one (set) matches."""
+def _registered_match(cfg: dict) -> tuple[tuple[int, int] | None, bool | None]:
+    """(heads, quick_gelu) of registered open_clip architectures with exactly these shapes.
+
+    Heads are returned when every matching architecture agrees on them; the
+    activation likewise (e.g. ``scenes-tiny`` is GELU, ``capscore-test-tiny``
+    QuickGELU, while ``ViT-B-32`` and ``ViT-B-32-quickgelu`` disagree, so the
+    caller falls back to OpenAI's QuickGELU). ``None`` where nothing decides.
+    """
     import open_clip
 
     import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs)
 
-    found = set()
+    heads, acts = set(), set()
     for name in open_clip.list_models():
         c = open_clip.get_model_config(name) or {}
         v, t = c.get("vision_cfg", {}), c.get("text_cfg", {})
@@ -261,9 +270,9 @@ def _registered_heads(cfg: dict) -> tuple[int, int] | None:
                      [("layers", 12), ("width", 768), ("patch_size", 16), ("image_size", 224)] if k in mine_v)
         same_t = all(t.get(k, d) == mine_t[k] for k, d in [("width", 512), ("layers", 12), ("vocab_size", 49408)])
         if same_v and same_t:
-            vh = mine_v["width"] // v.get("head_width", 64)
-            found.add((vh, t.get("heads", 8)))
-    return found.pop() if len(found) == 1 else None
+            heads.add((mine_v["width"] // v.get("head_width", 64), t.get("heads", 8)))
+            acts.add(bool(c.get("quick_gelu", False)))
+    return (heads.pop() if len(heads) == 1 else None), (acts.pop() if len(acts) == 1 else None)
 
 
 def build_clip(
@@ -304,7 +313,9 @@ def build_clip(
             model = open_clip.create_model(arch, pretrained=None, force_context_length=ctx,
                                            **({} if quick_gelu is None else {"force_quick_gelu": quick_gelu}))
         else:
-            heads = _registered_heads(cfg)
+            heads, registered_act = _registered_match(cfg)
+            if quick_gelu is None:
+                quick_gelu = registered_act
             v, t = cfg["vision_cfg"], cfg["text_cfg"]
             if heads is None:
                 heads = (max(1, v["width"] // 64), max(1, t["width"] // 64))  # OpenAI's rule
@@ -386,6 +397,8 @@ def load_openai_checkpoint(
         quick_gelu = _bool(opts["quick_gelu"], "quick_gelu")
     where = str(Path(path).expanduser())
     sd = read_state_dict(path)
+    if quick_gelu is None and arch is None:
+        quick_gelu = _saved_quick_gelu(Path(path).expanduser())
     sd = merge_lora(sd, lora_alpha=lora_alpha)
     _check_openai_layout(sd, where)
     model = build_clip(sd, where=where, arch=arch, quick_gelu=quick_gelu, context_length=context_length)
@@ -398,6 +411,27 @@ def load_openai_checkpoint(
 
 
 # --------------------------------------------------------------------------- writing
+def _uses_quick_gelu(model: torch.nn.Module) -> bool | None:
+    from open_clip.transformer import QuickGELU
+
+    kinds = {isinstance(m, QuickGELU) for m in model.modules() if isinstance(m, (QuickGELU, torch.nn.GELU))}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _saved_quick_gelu(path: Path) -> bool | None:
+    """The activation capscore recorded in a safetensors file's metadata, if any."""
+    if path.suffix != ".safetensors":
+        return None
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            value = (f.metadata() or {}).get("capscore.quick_gelu")
+    except Exception:  # unreadable files are reported by read_state_dict
+        return None
+    return None if value is None else value == "1"
+
+
 def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain") -> Path:
     """Write a backbone's open_clip CLIP as an OpenAI-format state dict (float32).
 
@@ -428,7 +462,9 @@ def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain")
             raise CapscoreError(f"{p}: the 'pacs' layout wraps the dict and needs a .pt/.pth file")
         from safetensors.torch import save_file
 
-        save_file(sd, str(p))
+        # Record the activation: the state dict cannot tell GELU from QuickGELU (see build_clip).
+        act = _uses_quick_gelu(model)
+        save_file(sd, str(p), metadata=None if act is None else {"capscore.quick_gelu": str(int(act))})
     else:
         torch.save({"state_dict": sd} if layout == "pacs" else sd, p)
     return p
