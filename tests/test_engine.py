@@ -92,3 +92,9 @@ def test_warm_run_reads_but_never_decodes(tiny_backbone, make_images, tmp_path, 
     again = Encoder(tiny_backbone, cache=tmp_path / "c")
     again.encode_images(paths)
     assert again.stats.images_encoded == 1 and len(calls) == 1  # keyed on bytes, not on the path
+
+
+def test_cache_path_expands_user(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    c = EmbeddingCache("~/capscore-cache")
+    assert c.path == tmp_path / "capscore-cache" / "embeddings.sqlite" and c.path.exists()

@@ -29,7 +29,7 @@ class EmbeddingCache:
     """Maps cache keys to float32 vectors. Thread-safe for one writer process."""
 
     def __init__(self, path: str | os.PathLike | None = None):
-        path = Path(path) if path is not None else DEFAULT_CACHE_DIR / "embeddings.sqlite"
+        path = Path(path).expanduser() if path is not None else DEFAULT_CACHE_DIR / "embeddings.sqlite"
         if path.suffix != ".sqlite":
             path = path / "embeddings.sqlite"
         path.parent.mkdir(parents=True, exist_ok=True)
