@@ -9,7 +9,7 @@ so patch tokens, per-token features and pad-to-longest batching all work.
 
 How the checkpoints we target are written (read from the reference code):
 
-* PAC-S (aimagelab/pacscore, ``compute_metrics.py``): ``torch.load(path)['state_dict']``
+* PAC-S (aimagelab/pacscore, ``compute_metrics.py``): reads ``['state_dict']`` from the loaded file
   loaded into OpenAI's ``clip`` model (ViT-B/32) or into open_clip's ViT-L-14 —
   both use this key layout. Its open_clip ViT-L-14 is a LAION model trained with
   plain GELU, so load it with ``#arch=ViT-L-14`` (see below).
