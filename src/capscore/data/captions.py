@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capscore.data.records import Record
+from capscore.data.jsonl import iter_jsonl
 from capscore.errors import InputError, short_repr
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".webp", ".bmp", ".gif")
@@ -331,30 +332,8 @@ def _csv_rows(f, reader, path):
 
 
 def _jsonl_rows(f, path):
-    f.close()  # JSONL is read as bytes, line by line, so a decoding error names its own line
-    try:
-        fb = open(path, "rb")
-    except OSError as e:
-        raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
-    with fb:
-        for lineno, raw in enumerate(fb, 1):
-            try:
-                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
-            except UnicodeDecodeError:
-                # fatal even with --skip-bad, like a broken CSV: never let the rest of a file vanish silently
-                raise InputError(f"{path}:{lineno}", "not UTF-8 text") from None
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                yield where, f"malformed JSON line ({e.msg}, column {e.colno})"
-                continue
-            if not isinstance(row, dict):
-                yield where, f"a JSONL line must be an object; got {short_repr(row)}"
-                continue
-            yield where, row
+    f.close()  # JSONL is read as bytes by the shared reader, so a decoding error names its own line
+    yield from iter_jsonl(path, strict=False)
 
 
 def _text(value) -> str:

@@ -49,6 +49,7 @@ import numpy as np
 
 from capscore.data.records import Record
 from capscore.embed.images import ImageRef
+from capscore.data.jsonl import iter_jsonl
 from capscore.errors import CapscoreError, InputError, unknown_name
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -147,33 +148,23 @@ def read_rows(path: Path) -> Iterator[tuple[str, dict]]:
         for i, row in enumerate(data):
             yield f"{path}: item {i}", row
         return
+    if suffix != ".csv":
+        yield from iter_jsonl(path)
+        return
     try:
         f = open(path, encoding="utf-8", newline="")
     except OSError as e:
         raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
     with f:
-        if suffix == ".csv":
-            reader = csv.DictReader(f)
-            try:
-                for row in reader:
-                    where = f"{path}:{reader.line_num}"
-                    if None in row or any(v is None for v in row.values()):
-                        raise InputError(where, f"malformed CSV row: {len(reader.fieldnames)} fields expected")
-                    yield where, row
-            except (csv.Error, UnicodeDecodeError) as e:
-                raise InputError(f"{path}:{reader.line_num}", f"malformed CSV ({e})") from None
-            return
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(where, f"malformed JSON line ({e.msg}, column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise InputError(where, "a JSONL line must be an object", got=row)
-            yield where, row
+        reader = csv.DictReader(f)
+        try:
+            for row in reader:
+                where = f"{path}:{reader.line_num}"
+                if None in row or any(v is None for v in row.values()):
+                    raise InputError(where, f"malformed CSV row: {len(reader.fieldnames)} fields expected")
+                yield where, row
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise InputError(f"{path}:{reader.line_num}", f"malformed CSV ({e})") from None
 
 
 def _pick(row: Mapping, names: Sequence[str]):

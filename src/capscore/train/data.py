@@ -22,12 +22,12 @@ field              recipes               meaning
 """
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from capscore.embed.images import ImageRef
+from capscore.data.jsonl import iter_jsonl
 from capscore.errors import CapscoreError, InputError
 
 
@@ -60,15 +60,8 @@ def read_jsonl(path: str | Path) -> list[Example]:
         raise CapscoreError(f"{path}: training data file not found")
     root = path.parent
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(where, f"not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict) or "image" not in row or not isinstance(row.get("caption"), str):
+    for where, row in iter_jsonl(path):
+        if "image" not in row or not isinstance(row.get("caption"), str):
             raise InputError(where, "needs 'image' (path) and 'caption' (string)", got=row)
         tr = row.get("translations") or {}
         if not isinstance(tr, dict):

@@ -1,0 +1,44 @@
+"""One JSONL reader for every loader (captions, judgment datasets, training data).
+
+Read as bytes, line by line, so memory stays flat and a decoding error names its
+own line. Blank lines are skipped; a UTF-8 byte-order mark on the first line is
+accepted. Bytes that are not UTF-8 always stop the reading (the rest of a file
+must never vanish silently); a malformed line or a line that is not a JSON object
+is raised as :class:`InputError` (``strict=True``) or yielded as its one-line
+message so the caller can write an error row (``strict=False``, ``--skip-bad``).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from capscore.errors import InputError, short_repr
+
+
+def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[str, dict | str]]:
+    """Yield ``("FILE:LINE", row)`` per object line; with ``strict=False`` a bad line yields its message."""
+    try:
+        fb = open(path, "rb")
+    except OSError as e:
+        raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
+    with fb:
+        for lineno, raw in enumerate(fb, 1):
+            where = f"{path}:{lineno}"
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise InputError(where, "not UTF-8 text") from None
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                problem = None if isinstance(row, dict) else f"a JSONL line must be an object; got {short_repr(row)}"
+            except json.JSONDecodeError as e:
+                problem = f"malformed JSON line ({e.msg}, column {e.colno})"
+            if problem is None:
+                yield where, row
+            elif strict:
+                raise InputError(where, problem)
+            else:
+                yield where, problem
