@@ -67,7 +67,7 @@ def split_long_positional(state_dict: dict, original: torch.Tensor | None = None
     return sd
 
 
-def resize_text_positions(text: torch.nn.Module, context_length: int) -> None:
+def resize_text_positions(text: torch.nn.Module, context_length: int, *, keep: int = KEEP, ratio: int = RATIO) -> None:
     """Give a causal CLIP text tower ``context_length`` positions, in place.
 
     ``context_length`` equal to LongCLIP's stretch of the current length (77 -> 248)
@@ -83,14 +83,14 @@ def resize_text_positions(text: torch.nn.Module, context_length: int) -> None:
     if context_length == n:
         return
     with torch.no_grad():
-        if context_length == stretched_length(n):
-            new = stretch_positional_embedding(pe.detach())
+        if context_length == stretched_length(n, keep=keep, ratio=ratio):
+            new = stretch_positional_embedding(pe.detach(), keep=keep, ratio=ratio)
         elif 0 < context_length < n:
             new = pe.detach()[:context_length].clone()
         else:
             raise CapscoreError(
                 f"context length {context_length} is not available for a {n}-position text tower; "
-                f"use {n}, less, or {stretched_length(n)} (LongCLIP's knowledge-preserved stretch)"
+                f"use {n}, less, or {stretched_length(n, keep=keep, ratio=ratio)} (LongCLIP's knowledge-preserved stretch)"
             )
     text.positional_embedding = torch.nn.Parameter(new.to(pe.dtype), requires_grad=pe.requires_grad)
     mask = torch.full((context_length, context_length), float("-inf"), device=pe.device).triu_(1)

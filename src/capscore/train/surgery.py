@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from capscore.backbones.base import Backbone
-from capscore.backbones.longclip import KEEP, RATIO, split_long_positional, stretch_positional_embedding
+from capscore.backbones.longclip import KEEP, RATIO, resize_text_positions, split_long_positional, stretched_length
 from capscore.errors import CapscoreError
 
 # Parameter-name patterns of each tower of an open_clip CLIP (OpenAI key names).
@@ -44,13 +44,10 @@ def stretch_text_tower(backbone: Backbone, *, keep: int = KEEP, ratio: int = RAT
     text = _text_tower(backbone)
     if getattr(text, "_capscore_keep", None) is not None:
         raise CapscoreError(f"{backbone.spec} is already stretched")
-    old = text.positional_embedding.detach()
-    new = stretch_positional_embedding(old, keep=keep, ratio=ratio)  # (n', W)
-    n = new.shape[0]
-    text.positional_embedding = torch.nn.Parameter(new.clone())
-    text.register_buffer("positional_embedding_init", new.clone(), persistent=False)
-    mask = torch.full((n, n), float("-inf"), device=old.device).triu_(1)  # causal, as open_clip builds it
-    text.register_buffer("attn_mask", mask, persistent=False)
+    n = stretched_length(text.positional_embedding.shape[0], keep=keep, ratio=ratio)
+    resize_text_positions(text, n, keep=keep, ratio=ratio)  # stretched table + causal mask for n positions
+    text.positional_embedding.requires_grad_(True)
+    text.register_buffer("positional_embedding_init", text.positional_embedding.detach().clone(), persistent=False)
     text.context_length = n
     text._capscore_keep = keep
 
