@@ -28,6 +28,7 @@ pooling).
 from __future__ import annotations
 
 import json
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -141,6 +142,23 @@ def _resolve(rest: str) -> tuple[str, bool]:
     return rest, False
 
 
+@contextlib.contextmanager
+def quiet_transformers():
+    """Silence transformers' info logs and per-tensor progress bars while loading or saving; restore after."""
+    import transformers
+
+    logger = logging.getLogger("transformers")
+    level, bars = logger.level, transformers.utils.logging.is_progress_bar_enabled()
+    logger.setLevel(logging.ERROR)
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+
+
 def load_hf(
     rest: str,
     *,
@@ -159,9 +177,9 @@ def load_hf(
     name, local = _resolve(rest)
     offline = local or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
     kw = dict(local_files_only=offline, trust_remote_code=trust_remote_code)
-    logging.getLogger("transformers").setLevel(logging.ERROR)
     try:
-        config = transformers.AutoConfig.from_pretrained(name, **kw)
+        with quiet_transformers():
+            config = transformers.AutoConfig.from_pretrained(name, **kw)
     except (OSError, ValueError, HfHubHTTPError) as e:
         where = name if local else f"hf:{name}"
         why = "not in the local Hugging Face cache (offline)" if offline and not local else str(e).splitlines()[0][:120]
@@ -176,17 +194,13 @@ def load_hf(
             f"{name}: model type {kind!r} is not supported by hf: (supported: {', '.join(SUPPORTED)}); "
             "models with their own code need --trust-remote-code"
         )
-    bars = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()  # per-tensor "Loading weights" bars
     try:
-        model = model_cls.from_pretrained(name, dtype=torch.float32, **kw)
-        tokenizer = transformers.AutoTokenizer.from_pretrained(name, **kw)
-        image_processor = transformers.AutoImageProcessor.from_pretrained(name, **kw)
+        with quiet_transformers():
+            model = model_cls.from_pretrained(name, dtype=torch.float32, **kw)
+            tokenizer = transformers.AutoTokenizer.from_pretrained(name, **kw)
+            image_processor = transformers.AutoImageProcessor.from_pretrained(name, **kw)
     except (OSError, ValueError, HfHubHTTPError) as e:
         raise CapscoreError(f"{name}: cannot load the model, tokenizer or image processor ({str(e).splitlines()[0][:160]})") from None
-    finally:
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
     if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):
         raise CapscoreError(f"{name}: {type(model).__name__} has no get_image_features/get_text_features")
     bb = HFBackbone(model, tokenizer, image_processor, spec=spec, context_length=context_length)

@@ -191,7 +191,6 @@ def save_open_clip_as_hf(backbone, folder: str | Path) -> Path:
     of the backbone's own preprocessing, OpenAI's by default). ``hf:FOLDER``
     then gives the same vectors as the source backbone. Returns the folder.
     """
-    import logging
 
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
 
@@ -208,15 +207,10 @@ def save_open_clip_as_hf(backbone, folder: str | Path) -> Path:
     missing = [k for k in missing if not k.endswith("position_ids")]
     if missing or unexpected:  # a programming error: the mapping above is incomplete
         raise RuntimeError(f"open_clip -> HF mapping incomplete: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    import transformers
+    from capscore.backbones.hf import quiet_transformers
 
-    bars = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()
-    try:
+    with quiet_transformers():
         hf.save_pretrained(out)
-    finally:
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
 
     mean, std = _normalisation(backbone)
     size = cfg["vision_config"]["image_size"]
@@ -226,9 +220,9 @@ def save_open_clip_as_hf(backbone, folder: str | Path) -> Path:
         do_normalize=True, image_mean=list(mean), image_std=list(std), do_convert_rgb=True,
     )
     tok_dir = write_clip_tokenizer_files(out, context_length=cfg["text_config"]["max_position_embeddings"])
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    tokenizer = CLIPTokenizer.from_pretrained(str(tok_dir))
-    CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)
+    with quiet_transformers():
+        tokenizer = CLIPTokenizer.from_pretrained(str(tok_dir))
+        CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out)
     return out
 
 

@@ -147,6 +147,8 @@ def load_multilingual(
     """``mclip:DIR`` -> :class:`MultilingualBackbone` (see the module docstring for the folder layout)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import transformers
+
+    from capscore.backbones.hf import quiet_transformers
     from safetensors.torch import load_file
 
     from capscore.backbones.registry import load_backbone
@@ -184,19 +186,14 @@ def load_multilingual(
             projection.bias.copy_(bias.float())
 
     kw = dict(local_files_only=True, trust_remote_code=trust_remote_code)
-    logging.getLogger("transformers").setLevel(logging.ERROR)
-    bars = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()
     try:
-        text_model, info = transformers.AutoModel.from_pretrained(
-            str(folder), dtype=torch.float32, output_loading_info=True, **kw
-        )
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), **kw)
+        with quiet_transformers():
+            text_model, info = transformers.AutoModel.from_pretrained(
+                str(folder), dtype=torch.float32, output_loading_info=True, **kw
+            )
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), **kw)
     except (OSError, ValueError) as e:
         raise CapscoreError(f"{folder}: cannot load the text encoder or tokenizer ({str(e).splitlines()[0][:160]})") from None
-    finally:
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
     # Weights absent from the folder are randomly initialised by transformers on every load.
     # A pooler head (e.g. BERT's, saved without it) is unused by mean/CLS pooling: drop it, so it
     # neither changes between loads nor enters the weights hash (the cache key). Anything else
