@@ -74,7 +74,8 @@ def run(args) -> int:
     if args.resume and args.overwrite:
         raise CapscoreError("--resume and --overwrite contradict each other; choose one")
     out = Path(args.out)
-    output_format(out)
+    if args.engine != "ray":  # --engine ray writes a folder of per-shard files
+        output_format(out)
     metric, default_prefix = _metric(args.metric)
     prefix = default_prefix if args.prefix is None else args.prefix
 

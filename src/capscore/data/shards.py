@@ -73,7 +73,22 @@ def list_shards(kind: str, spec: str, *, split: str | None = None) -> list[Shard
 
 
 def read_shard(shard: Shard, options: SourceOptions = SourceOptions()) -> Iterator:
-    """Items of one shard, in order (see the module docstring)."""
+    """Items of one shard, in order (see the module docstring).
+
+    A shard that cannot be read at all (not a tar, a missing column, a corrupt
+    Arrow file) ends with one :class:`BadItem` naming it, after whatever it
+    yielded before: an error row with ``--skip-bad``, a one-line error without.
+    """
+    from capscore.data.captions import BadItem
+
+    try:
+        yield from _reader(shard, options)
+    except InputError as e:
+        what = str(e)[len(e.where) + 2:] if str(e).startswith(f"{e.where}: ") else str(e)
+        yield BadItem(f"{shard.name}:<unreadable>", shard.path, "", "", e.where, what)
+
+
+def _reader(shard: Shard, options: SourceOptions) -> Iterator:
     if shard.kind == "webdataset":
         from capscore.data.webdataset import read_tar_shard
 

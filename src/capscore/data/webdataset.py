@@ -97,15 +97,16 @@ def read_tar_shard(path: str, *, name: str, options: SourceOptions = SourceOptio
                 if not member.isfile():
                     continue
                 k, ext = _split(member.name)
-                data = tf.extractfile(member).read()
                 if k != key:
                     if key is not None:
                         yield _sample(key, parts, path, options)
                         last = key
                     key, parts = k, {}
-                parts[ext] = data
+                parts[ext] = tf.extractfile(member).read()
         except (tarfile.TarError, EOFError, OSError) as e:
-            if key is not None:
+            if key is not None and options.caption_key in parts and any(e in parts for e in IMAGE_EXTS):
+                yield _sample(key, parts, path, options)  # its image and caption were read in full
+            elif key is not None:
                 yield BadItem(key, f"{path}:{key}", "", "", f"{path}:{key}",
                               "sample cut off by a truncated tar archive")
             yield _truncated(path, key or last, str(e))
