@@ -17,13 +17,15 @@ from pathlib import Path
 
 from capscore.data.parquet import columns_for, items_from_batches
 from capscore.data.shards import SourceOptions, expect_files
-from capscore.errors import InputError
+from capscore.errors import CapscoreError, InputError
 
 
 def list_arrow_files(spec: str, *, split: str | None = None) -> list[str]:
     """The Arrow files of the dataset (of ``split``) saved in folder ``spec``."""
-    import datasets
-
+    try:
+        import datasets
+    except ImportError:
+        raise CapscoreError('--hf-dataset needs the datasets library: pip install "capscore[hf]"') from None
     if not Path(spec).is_dir():
         raise InputError(spec, "no such folder (expected a dataset saved with datasets' save_to_disk)")
     try:
