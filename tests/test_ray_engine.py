@@ -168,3 +168,26 @@ def test_ray_absent_says_how_to_install_in_one_line(tmp_path, monkeypatch, capsy
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", "--out", tmp_path / "ray") == 2
     one_line_error(capsys, '--engine ray', 'pip install "capscore[ray]"')
+
+
+@pytest.mark.parametrize("suite", ["perturb", "lgip"])
+def test_probe_with_ray_encoder_equals_single_process(tmp_path, make_images, suite):
+    from capscore.cli import main
+
+    paths = make_images(3)
+    f = tmp_path / "caps.jsonl"
+    f.write_text("".join(json.dumps({"image": p.name, "caption": f"a small {w} dog sits on the red mat"}) + "\n"
+                         for p, w in zip(paths, ["brown", "white", "black"])))
+    common = ["probe", "--model", "capscore-test-tiny", "--suite", suite, "--data", str(f), "--images",
+              str(paths[0].parent)]
+    assert main(common + ["--out", str(tmp_path / "local")]) == 0
+    assert main(common + ["--out", str(tmp_path / "ray"), "--engine", "ray", "--workers", "2"]) == 0
+    local = [json.loads(x) for x in open(tmp_path / "local" / f"{suite}__capscore-test-tiny.jsonl")]
+    got = [json.loads(x) for x in open(tmp_path / "ray" / f"{suite}__capscore-test-tiny.jsonl")]
+    assert len(got) == len(local) > 0
+    for a, b in zip(got, local):
+        assert {k: v for k, v in a.items() if not isinstance(v, float)} == \
+               {k: v for k, v in b.items() if not isinstance(v, float)}
+        for k, v in b.items():
+            if isinstance(v, float):
+                assert abs(a[k] - v) <= 1e-6 or (v != v and a[k] != a[k]), k

@@ -39,10 +39,11 @@ def add_arguments(p) -> None:
     add_engine_arguments(p)
 
 
-def add_engine_arguments(p) -> None:
+def add_engine_arguments(p, *, score: bool = True) -> None:
+    """--engine and its Ray options; ``score=False`` (probe, correlate) leaves out the per-shard output format."""
     g = p.add_argument_group("engine (see docs/scale.md)")
     g.add_argument("--engine", default="local", choices=("local", "ray"),
-                   help="local: this process (default); ray: a Ray Data pipeline over a cluster")
+                   help="local: this process (default); ray: encode on a pool of Ray actors over a cluster")
     g.add_argument("--address", metavar="ADDR",
                    help="--engine ray: the cluster to join (e.g. auto, or HOST:6379); default: a local cluster")
     g.add_argument("--workers", type=int, metavar="N", help="--engine ray: encoder actors (default: 1 per GPU "
@@ -51,7 +52,9 @@ def add_engine_arguments(p) -> None:
                    help="--engine ray with --device cuda: GPUs per encoder actor (default 1; 0.5 packs two)")
     g.add_argument("--threads-per-worker", type=int, default=1, metavar="T",
                    help="--engine ray: torch threads (and CPUs reserved) per encoder actor (default 1)")
-    g.add_argument("--out-format", default="parquet", choices=("parquet", "jsonl"),
+    if not score:
+        return
+    g.add_argument("--out-format", default="parquet", choices=("parquet", "jsonl", "csv"),
                    help="--engine ray: format of the per-shard files written under --out DIR (default parquet)")
 
 

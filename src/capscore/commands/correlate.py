@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from capscore.commands import _shards
 from capscore.errors import CapscoreError
 
 
@@ -62,6 +63,7 @@ def configure(p) -> None:
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore)")
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
+    _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
 
 
 def _load(args):
@@ -113,7 +115,8 @@ def run(args) -> int:
 def _score_and_correlate(args, ds, common):
     from capscore.backbones import load_backbone
     from capscore.embed.cache import EmbeddingCache
-    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.embed.engine import MemoryCache
+    from capscore.engines.ray import make_encoder
     from capscore.meta.evaluate import evaluate
     from capscore.scores.clipscore import get_metric
 
@@ -122,7 +125,8 @@ def _score_and_correlate(args, ds, common):
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
-        encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=not getattr(args, "quiet", False))
+        encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size, cache=cache,
+                               progress=not getattr(args, "quiet", False))
         for m in metrics:
             results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
                                     ref_sample=args.ref_sample or None, ref_draws=args.ref_draws,

@@ -293,7 +293,7 @@ def run_score(args, source, *, metric, prefix: str) -> int:
         threads = args.threads_per_worker
         workers = args.workers or default_workers(args.device, res.get("CPU", 1), res.get("GPU", 0),
                                                   args.gpus_per_worker, threads)
-        ds = build_pipeline(ray, todo, source.options, backbone.preprocess, pixel_shape, args=args, prefix=prefix,
+        ds = build_pipeline(ray, todo, source.options, preprocess_only(backbone).preprocess, pixel_shape, args=args, prefix=prefix,
                             workers=workers, threads=threads, cuda=cuda)
         del ctx
         metas.update(collect(ds, todo, state, skip_bad=args.skip_bad, quiet=getattr(args, "quiet", False)))
@@ -315,6 +315,27 @@ def _init(ray, args):
     ctx.print_on_execution_start = False
     ctx.verbose_stats_logs = False
     return ctx
+
+
+def preprocess_only(backbone):
+    """A copy of ``backbone`` without its networks: what the CPU tasks need to run ``preprocess``.
+
+    Shipping ``backbone.preprocess`` as is would pickle the whole model into
+    every read task (580 MB for a ViT-B/32); the transforms alone are a few KB.
+    """
+    import copy
+
+    import torch
+
+    from capscore.backbones.base import Backbone
+
+    light = copy.copy(backbone)
+    for name, value in vars(backbone).items():
+        if isinstance(value, torch.nn.Module):
+            setattr(light, name, None)
+        elif isinstance(value, Backbone):  # a composite (mclip: a text student + an image tower)
+            setattr(light, name, preprocess_only(value))
+    return light
 
 
 def build_pipeline(ray, shards: list[Shard], options, preprocess, pixel_shape, *, args, prefix: str, workers: int,
@@ -392,3 +413,129 @@ def _summary(args, out: Path, source, metas: dict, finished: dict, elapsed: floa
           f"({len(source.shards)} shards, {len(finished)} already done)")
     print(f"rows: {out}/<shard>.{args.out_format}  summary: {spath}", file=sys.stdout)
     return 0
+
+
+# ------------------------------------------------------------------------------------ probe / correlate
+class _EncodeWorker:
+    """A Ray actor holding one backbone and a local Encoder (in-memory cache), encoding what it is sent."""
+
+    def __init__(self, *, model, device, dtype, seed, context_length, trust_remote_code, batch_size, threads):
+        import torch
+
+        from capscore.backbones import load_backbone
+        from capscore.embed.engine import Encoder, MemoryCache
+
+        torch.set_num_threads(threads)
+        bb = load_backbone(model, device=device, dtype=dtype, seed=seed, context_length=context_length,
+                           trust_remote_code=trust_remote_code)
+        self.encoder = Encoder(bb, batch_size=batch_size, cache=MemoryCache(max_items=1), workers=threads)
+
+    def identity(self) -> str:
+        return self.encoder.backbone.identity
+
+    def texts(self, texts):
+        return self.encoder.encode_texts(texts).numpy()
+
+    def images(self, refs):
+        errors: dict[int, str] = {}
+        return self.encoder.encode_images(refs, errors=errors).numpy(), errors
+
+
+def _encoder_class():
+    from capscore.embed.cache import cache_key
+    from capscore.embed.engine import Encoder
+    from capscore.embed.images import ImageRef
+    from capscore.errors import InputError
+
+    class RayEncoder(Encoder):
+        """An :class:`Encoder` whose missing vectors are computed by a pool of Ray actors.
+
+        ``encode_texts``/``encode_images`` first send the unique inputs the
+        cache lacks to the actors in blocks (one backbone per actor, loaded
+        once, restarted and retried by Ray if it dies), put the vectors they
+        return into this encoder's cache, then run the ordinary method, which
+        finds them all there. Failures (a bad image) are left to the ordinary
+        method, so errors read exactly as with the single-process engine.
+        Per-token/patch features (ABE-CLIP) stay local. Ray core actors rather
+        than Ray Data here: probes call the encoder many times, and one pool
+        that lives as long as the encoder avoids reloading the model per call.
+        """
+
+        def __init__(self, backbone, *, ray_args, **kw):
+            super().__init__(backbone, **kw)
+            self._ray_args = ray_args
+            self._pool = None
+
+        def _actors(self):
+            if self._pool is None:
+                ray = require_ray()
+                a = self._ray_args
+                _init(ray, a["cli"])
+                res = ray.cluster_resources()
+                cuda = a["device"].startswith("cuda")
+                workers = a["workers"] or default_workers(a["device"], res.get("CPU", 1), res.get("GPU", 0),
+                                                          a["gpus_per_worker"], a["threads"])
+                cls = ray.remote(_EncodeWorker).options(
+                    num_cpus=actor_cpus(res.get("CPU", 1) + TASK_CPUS, workers, a["threads"]),
+                    num_gpus=a["gpus_per_worker"] if cuda else 0, max_restarts=-1, max_task_retries=-1)
+                kw = {k: a[k] for k in ("model", "device", "dtype", "seed", "context_length", "trust_remote_code",
+                                         "batch_size", "threads")}
+                actors = [cls.remote(**kw) for _ in range(workers)]
+                ids = set(ray.get([x.identity.remote() for x in actors]))
+                if ids != {self.backbone.identity}:  # a bug, never user input: the actors loaded other weights
+                    raise RuntimeError(f"Ray actors loaded {ids}, the driver {self.backbone.identity}")
+                self._pool = ray.util.ActorPool(actors)
+            return self._pool
+
+        def _blocks(self, items):
+            size = 4 * self.batch_size
+            return [items[i: i + size] for i in range(0, len(items), size)]
+
+        def encode_texts(self, texts):
+            uniq = [t for t in dict.fromkeys(texts) if isinstance(t, str)]
+            keys = [cache_key(self.backbone.identity, "text", t) for t in uniq]
+            found = self.cache.get_many(keys)
+            missing = [(k, t) for k, t in zip(keys, uniq) if k not in found]
+            if missing:
+                pool = self._actors()
+                blocks = self._blocks(missing)
+                for block, vecs in zip(blocks, pool.map(lambda a, b: a.texts.remote([t for _, t in b]), blocks)):
+                    self.cache.put_many((k, v) for (k, _), v in zip(block, vecs))
+            return super().encode_texts(texts)
+
+        def encode_images(self, images, *, errors=None):
+            refs = [ImageRef.of(x) for x in images]
+            todo: dict[bytes, ImageRef] = {}
+            for r in dict((r.identity_hint(), r) for r in refs).values():
+                try:
+                    todo[cache_key(self.backbone.identity, "image", r.read()[0])] = r
+                except InputError:
+                    pass  # reported by the ordinary method below
+            found = self.cache.get_many(list(todo))
+            missing = [(k, r) for k, r in todo.items() if k not in found]
+            if missing:
+                pool = self._actors()
+                blocks = self._blocks(missing)
+                for block, (vecs, errs) in zip(blocks, pool.map(
+                        lambda a, b: a.images.remote([r for _, r in b]), blocks)):
+                    self.cache.put_many((k, v) for j, ((k, _), v) in enumerate(zip(block, vecs)) if j not in errs)
+            return super().encode_images(images, errors=errors)
+
+    return RayEncoder
+
+
+def make_encoder(args, backbone, *, spec: str, **kw):
+    """``Encoder(backbone, **kw)``, or its Ray version when ``args.engine == 'ray'`` (probe, correlate);
+    ``spec`` is the ``--model`` string the backbone was loaded from (the actors load it again)."""
+    from capscore.embed.engine import Encoder
+
+    if getattr(args, "engine", "local") != "ray":
+        return Encoder(backbone, **kw)
+    require_ray()
+    if args.workers is not None and args.workers < 1:
+        raise CapscoreError(f"--workers must be a positive integer; got {args.workers}")
+    ray_args = {"cli": args, "model": spec, "device": args.device, "dtype": getattr(args, "dtype", "fp32"),
+                "seed": args.seed, "context_length": getattr(args, "context_length", None),
+                "trust_remote_code": getattr(args, "trust_remote_code", False), "batch_size": kw.get("batch_size", 64),
+                "threads": args.threads_per_worker, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker}
+    return _encoder_class()(backbone, ray_args=ray_args, **kw)
