@@ -16,7 +16,7 @@ embeddings (each unique image and caption encoded once, through the cache).
 Choices the papers leave open, exposed as parameters and recorded in the result:
 
 * ``captions_per_image`` (default 5). A few MSCOCO Karpathy test images carry 6 or 7 sentences
-  (25,010 in all); the VSE++/SCAN protocol that the "5K test" numbers descend from keeps the first
+  (slightly more than 25,000 in all); the VSE++/SCAN protocol that the "5K test" numbers descend from keeps the first
   five of each image (25,000 captions). ``None`` keeps every caption (every extra caption is then one
   more text query and one more true match for its image). How many images had more (or fewer) and how
   many captions were dropped is recorded, never silent.
