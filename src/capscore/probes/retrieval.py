@@ -42,7 +42,7 @@ KS = (1, 5, 10)
 
 # ============================================================================ pure metric
 def retrieval_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_image: Sequence[int], *,
-                    chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+                    chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
     """1-based rank of the first true match: (per image, image→text), (per text, text→image).
 
     ``image_emb`` (I, D) and ``text_emb`` (T, D) are normalised; ``text_image[t]`` is the index of
@@ -173,7 +173,7 @@ def load_karpathy(path: str | Path, images: str | Path | None, *, split: str = "
 
 # ============================================================================ runner
 def run_retrieval(encoder: Encoder, data: RetrievalSet, *, suite: str = "retrieval", source: str = "",
-                  chunk: int = 1024, seed: int = 0):
+                  chunk: int = 256, seed: int = 0):
     """Encode the gallery once and report R@1/5/10 (%) and the median rank in both directions.
 
     Per-query rows: ``direction`` (``image->text`` / ``text->image``), the query, its true match(es)
