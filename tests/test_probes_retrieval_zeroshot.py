@@ -234,3 +234,19 @@ def test_scenes_tiny_reads_colour_zero_shot():
     res = run_scenes_zeroshot(Encoder(load_backbone("scenes-tiny")), args=types.SimpleNamespace(n_scenes=24, seed=0))
     color = next(s for s in res.summary if s["task"] == "color")
     assert color["n_images"] == 24 and color["top1"] >= 75.0
+
+
+def test_options_of_other_suites_are_not_silently_ignored(tmp_path, capsys):
+    rc = main(["probe", "--suite", "scenes-flips", "--model", "scenes-tiny", "--templates", "single",
+               "--out", str(tmp_path)])
+    assert rc == 2 and "zeroshot suites only" in capsys.readouterr().err
+    rc = main(["probe", "--suite", "zeroshot", "--data", str(tmp_path), "--model", "scenes-tiny",
+               "--split", "val", "--out", str(tmp_path)])
+    assert rc == 2 and "retrieval only" in capsys.readouterr().err
+
+
+def test_numeric_labels_need_class_names(tmp_path, make_images):
+    paths = make_images(2)
+    (tmp_path / "l.csv").write_text(f"path,label\n{paths[0].name},0\n{paths[1].name},1\n")
+    with pytest.raises(CapscoreError, match="labels are numbers; pass --classnames"):
+        load_classification(tmp_path / "l.csv", paths[0].parent)

@@ -101,6 +101,10 @@ def run(args) -> int:
         raise CapscoreError(f"--batch-size must be a positive integer; got {args.batch_size}")
     if args.suite in DATA_SUITES + ("scenes-retrieval", "scenes-zeroshot") and args.scorer != "cosine":
         raise CapscoreError(f"--suite {args.suite} ranks by the embeddings' cosine only; got --scorer {args.scorer}")
+    if args.suite != "retrieval" and (args.split != "test" or args.captions_per_image != "5"):
+        raise CapscoreError(f"--split and --captions-per-image apply to --suite retrieval only; got --suite {args.suite}")
+    if args.suite not in ("zeroshot", "scenes-zeroshot") and (args.templates or args.classnames):
+        raise CapscoreError(f"--templates and --classnames apply to the zeroshot suites only; got --suite {args.suite}")
     kind, inputs = _load_inputs(args)  # input errors surface before any model is loaded
     if kind not in ("scenes", "retrieval", "zeroshot") and not inputs:
         raise CapscoreError(f"{args.data}: no items")

@@ -106,6 +106,9 @@ class ClassificationSet:
 def _read_classnames(spec: str | None, labels: list[str]) -> tuple[list[str], list[str]]:
     """-> (class labels in order, class names). ``labels`` = the sorted labels found in the data."""
     if spec is None:
+        if all(lab.isdigit() for lab in labels):  # "a photo of a 3." is never what was meant
+            raise CapscoreError("the labels are numbers; pass --classnames (a .txt, a .json {label: name}, "
+                                "or imagenet) so the prompts name the classes")
         return labels, [lab.replace("_", " ") for lab in labels]
     if spec == "imagenet":
         from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES as names
