@@ -27,7 +27,8 @@ def configure(p) -> None:
                    help="backbone (repeat for several), e.g. ViT-B-32/openai, scenes-tiny")
     p.add_argument("--suite", required=True, metavar="NAME",
                    help="one of: " + ", ".join(FILE_SUITES + CAPTION_SUITES + DATA_SUITES) + ", and the scenes-* suites")
-    p.add_argument("--data", metavar="PATH", help="suite file (or folder of subset files, for SugarCrepe)")
+    p.add_argument("--data", metavar="PATH", help="suite file (or folder of subset files, for SugarCrepe); retrieval: "
+                   "Karpathy-split JSON; zeroshot: class-folder root or path,label CSV")
     p.add_argument("--images", metavar="DIR", help="image root the suite's image fields are relative to")
     p.add_argument("--mapping", metavar="FILE", help="abc6k: JSON {caption: image}")
     p.add_argument("--scorer", default="cosine", choices=("cosine", "abe"), help="pair scorer (default cosine)")
