@@ -109,16 +109,30 @@ def per_item_costs(model: str, pattern: str, n: int = 64) -> dict:
     return {"decode_preprocess": decode, "image_encode": img, "text_encode": txt, "row_write": write}
 
 
+_CHILD = """
+import sys
+from capscore.cli import main
+rc = main(sys.argv[1:])
+hwm = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(f"VmHWM {hwm}", file=sys.stderr)
+sys.exit(rc)
+"""
+
+
 def peak_rss_child(argv: list[str]) -> tuple[float, float]:
-    """(peak RSS in MiB, seconds) of a child process running the capscore CLI."""
+    """(peak RSS in MiB, seconds) of a child process running the capscore CLI.
+
+    The child reads its own VmHWM: ``ru_maxrss`` from ``wait4`` would report this (large) parent's RSS,
+    which Linux carries into a child across fork + exec.
+    """
     env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     t = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-m", "capscore.cli", "-q", *argv], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    if status != 0:
-        raise SystemExit(f"child failed: {p.stderr.read().decode()[-2000:]}")
-    return ru.ru_maxrss / 1024, time.perf_counter() - t
+    p = subprocess.run([sys.executable, "-c", _CHILD, "-q", *argv], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"child failed: {p.stderr[-2000:]}")
+    kb = int(next(ln for ln in reversed(p.stderr.splitlines()) if ln.startswith("VmHWM")).split()[1])
+    return kb / 1024, time.perf_counter() - t
 
 
 def make_stream(folder: Path, n: int, shards: int = 10) -> Path:
@@ -146,6 +160,7 @@ def main() -> None:
     ap.add_argument("--per-shard", type=int, default=96)
     ap.add_argument("--stream", type=int, default=1_000_000, help="captions for the memory check (0: skip)")
     ap.add_argument("--stream-model", default="capscore-test-tiny")
+    ap.add_argument("--memory-only", action="store_true", help="only the memory check")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     sys.path.insert(0, str(SRC))
@@ -155,6 +170,8 @@ def main() -> None:
     cores = os.cpu_count() or 1
     n = args.shards * args.per_shard
     tmp = Path(tempfile.mkdtemp(prefix="capscore-ray-bench-"))
+    if args.memory_only:
+        return memory(args, tmp)
     pattern = make_shards(tmp / "shards", args.shards, args.per_shard)
     common = ["score", "--model", args.model, "--webdataset", pattern, "--no-cache"]
     print(f"{n} pairs in {args.shards} WebDataset shards, model {args.model} (random init), fp32 CPU, {cores} cores")
@@ -192,7 +209,11 @@ def main() -> None:
     print(f"  Ray per block      {1e3 * (all_s - local_s) / blocks:8.1f} ms  (= (Ray − single) / {blocks} blocks, "
           "start-up included)")
     ray.shutdown()
+    if args.stream:
+        memory(args, tmp)
 
+
+def memory(args, tmp: Path) -> None:
     if args.stream:
         print(f"\nmemory: {args.stream} captions over 10 Parquet shards ({args.stream_model}, 32 image files)")
         for size in (args.stream // 4, args.stream):
