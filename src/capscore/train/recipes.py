@@ -151,7 +151,8 @@ def _pacs_step(bb, batch, *, p, pixels, **_):
     img, _ = bb.forward_images(pixels([e.image for e in batch] + [e.gen_image for e in batch]))
     img = img.view(2, n, -1)  # (2, B, D): real, generated
     txt = encode_texts(bb, [e.caption for e in batch] + [e.gen_caption for e in batch]).view(2, n, -1)
-    out = obj.pacs_loss(img[0], txt[0], img[1], txt[1], _scale(bb), lambda_v=p["lambda_v"], lambda_t=p["lambda_t"])
+    out = obj.pacs_loss(img[0], txt[0], img[1], txt[1], _scale(bb), lambda_v=p["lambda_v"], lambda_t=p["lambda_t"],
+                        directions="mean" if p["infonce_mean"] else "sum")
     return out.loss, {"real": out.real.item(), "gen_images": out.generated_images.item(),
                       "gen_texts": out.generated_texts.item()}
 
@@ -169,7 +170,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe("prmcs", ("caption", "translations"),
                dict(distill_steps=50, margin=0.1, lambda1=0.1, lambda2=0.05, lambda3=0.05, perturb_p=0.4),
                _prmcs_prepare, _prmcs_step, citation="Kim et al., 2023 (PR-MCS), sections 3.1 and 3.4"),
-        Recipe("pacs", ("caption", "gen_image", "gen_caption"), dict(COMMON, lambda_v=0.05, lambda_t=0.05),
+        Recipe("pacs", ("caption", "gen_image", "gen_caption"), dict(COMMON, lambda_v=0.05, lambda_t=0.05, infonce_mean=0),
                _contrastive_prepare, _pacs_step, citation="Sarto et al., CVPR 2023 (PAC-S), eq. 2"),
     ]
 }
