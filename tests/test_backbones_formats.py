@@ -464,7 +464,7 @@ def test_siglip_folder_matches_transformers_own_forward(tmp_path):
     SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     bb = load_backbone(f"hf:{folder}")
     assert bb.context_length == 16 and not bb.pad_to_longest_exact
-    assert not bb.has_patch_tokens and not bb.has_token_features
+    assert bb.has_patch_tokens and not bb.has_token_features  # patches: see test_backbones_fgclip.py
     texts = ["a dog", "two cats on a sofa"]
     rng = np.random.default_rng(1)
     images = [Image.fromarray((rng.random((32, 32, 3)) * 255).astype("uint8")) for _ in range(2)]

@@ -10,6 +10,7 @@ Grammar (documented in the README):
 ``ckpt:PATH`` / ``PATH.pt|.pth``   OpenAI-format checkpoint (CLIP, PAC-S, LongCLIP)
 ``hf:ID_OR_DIR``                   Hugging Face ``CLIPModel`` / ``SiglipModel``
 ``mclip:DIR``                      multilingual text student + CLIP image tower (M-CLIP / PR-MCS)
+``fgclip:DIR``                     FG-CLIP checkpoint folder, mapped onto transformers' CLIPModel
 ``hf-hub:ORG/REPO``, ``local-dir:DIR``  passed to open_clip's own schemas
 =================================  ==========================================================
 
@@ -49,6 +50,8 @@ ADAPTERS: dict[str, Adapter] = {
                 "Hugging Face transformers CLIPModel or SiglipModel (hub id or local folder)"),
         Adapter("mclip", "capscore.backbones.multilingual:load_multilingual", "mclip:./student",
                 "multilingual text encoder + projection into a CLIP image tower's space"),
+        Adapter("fgclip", "capscore.backbones.fgclip:load_fgclip", "fgclip:~/fg-clip-base",
+                "FG-CLIP folder (no remote code): dense patch tokens; 248-token long path with --context-length 248"),
         Adapter("bundled", "capscore.backbones.registry:_load_bundled", "scenes-tiny",
                 "models shipped inside capscore"),
     ]
