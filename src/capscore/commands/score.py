@@ -52,6 +52,9 @@ def configure(p) -> None:
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
     p.add_argument("--seed", type=int, default=0, help="seed for random-init backbones (default 0)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom code of hf: models")
+    from capscore.commands.probe import add_abe_arguments
+
+    add_abe_arguments(p)
     p.add_argument("--context-length", type=int, metavar="N",
                    help="text context: 248 stretches a 77-token CLIP tower with LongCLIP's knowledge-preserved "
                         "rule; smaller values truncate (default: the model's own)")
@@ -74,6 +77,11 @@ def run(args) -> int:
     out = Path(args.out)
     output_format(out)
     metric, default_prefix = _metric(args.metric)
+    from capscore.commands.probe import abe_options
+
+    args.abe = abe_options(args)
+    if args.abe and args.metric != "abe":
+        raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
     prefix = default_prefix if args.prefix is None else args.prefix
 
     # inputs: whole-file problems surface here, before any model is loaded
@@ -119,13 +127,20 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -
         "images": _abs(args.images), "captions": [_abs(c) for c in args.captions],
         "refs": _abs(args.refs) if args.refs else None, "dtype": args.dtype,
     }
+    if metric is None:  # ABE-CLIP: its configuration decides the numbers
+        from capscore.scores.abe import make_config
+
+        cfg = make_config(**getattr(args, "abe", {}))
+        config["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
+                         "pool": _abs(cfg.pool) if cfg.pool else "bundled"}
     spath = summary_path(out)
     if prior is not None:
         _check_same_run(spath, config)
     _write_json(spath, {"status": "running", **config})
     cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
     encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=False)
-    score_chunk = _abe_chunk_scorer(prefix) if metric is None else _clip_chunk_scorer(metric, prefix)
+    score_chunk = (_abe_chunk_scorer(prefix, **getattr(args, "abe", {})) if metric is None
+                   else _clip_chunk_scorer(metric, prefix))
 
     summary = Summary(metric=args.metric)
     t0 = time.perf_counter()
@@ -244,11 +259,11 @@ def _clip_chunk_scorer(spec, prefix: str):
     return score
 
 
-def _abe_chunk_scorer(prefix: str):
+def _abe_chunk_scorer(prefix: str, **abe_options):
     from capscore.data.records import Record
     from capscore.scores.pairs import get_pair_scorer
 
-    scorer = get_pair_scorer("abe")  # imports capscore.scores.abe lazily
+    scorer = get_pair_scorer("abe", **abe_options)  # imports capscore.scores.abe lazily
 
     def score(chunk: list, encoder, *, skip_bad: bool):
         chunk, fatal = _split_at_fatal(chunk, skip_bad)
