@@ -122,13 +122,21 @@ def load_backbone(
     seed: int = 0,
     context_length: int | None = None,
     trust_remote_code: bool = False,
+    rgb_order: str = "first",
 ) -> Backbone:
-    """Load any supported dual encoder from a ``--model`` string (see module docstring)."""
+    """Load any supported dual encoder from a ``--model`` string (see module docstring).
+
+    ``rgb_order="after-crop"`` converts images to RGB after resize + crop, as the clipscore and
+    pacscore reference scripts do (see :class:`~capscore.backbones.base.Backbone`); default ``"first"``.
+    """
     adapter, rest = parse_model_spec(spec)
     opts = dict(spec=spec, device=device, dtype=dtype, seed=seed, context_length=context_length)
     if adapter.prefix in ("hf", "mclip"):
         opts["trust_remote_code"] = trust_remote_code
-    return adapter.load(rest, **opts)
+    bb = adapter.load(rest, **opts)
+    if rgb_order != "first":
+        bb.set_rgb_order(rgb_order)
+    return bb
 
 
 def describe_models() -> str:

@@ -52,6 +52,9 @@ def configure(p) -> None:
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
     p.add_argument("--seed", type=int, default=0, help="seed for random-init backbones (default 0)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom code of hf: models")
+    p.add_argument("--rgb-order", default="first", choices=("first", "after-crop"),
+                   help="when images become RGB: 'first' (default) or 'after-crop', the clipscore.py/pacscore "
+                        "order (resize in the file's own mode; palette PNGs are then resized nearest-neighbour)")
     from capscore.commands.probe import add_abe_arguments
 
     add_abe_arguments(p)
@@ -97,7 +100,8 @@ def run(args) -> int:
 
     backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                              context_length=args.context_length,
-                             trust_remote_code=args.trust_remote_code)  # before touching --out
+                             trust_remote_code=args.trust_remote_code,
+                             rgb_order=getattr(args, "rgb_order", "first"))  # before touching --out
     writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite)
     try:
         return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows)

@@ -220,7 +220,8 @@ class Encoder:
 
     def _read_all(self, items: list[tuple[int, ImageRef]], errors: dict[int, str] | None):
         """Read and decode images in worker threads -> (content key, PIL) or None."""
-        return self._map(lambda i, ref: ref.load(), items, errors)
+        rgb = self.backbone.rgb_order == "first"
+        return self._map(lambda i, ref: ref.load(convert_rgb=rgb), items, errors)
 
     def encode_images(self, images: Sequence, *, errors: dict[int, str] | None = None) -> torch.Tensor:
         """Images (paths, PIL images or ImageRefs) -> (N, D) normalised float32 vectors.
@@ -254,7 +255,8 @@ class Encoder:
                 else:
                     misses.append((i, payload))
             # Decode + preprocess in worker threads (PIL and torchvision release the GIL).
-            pixels = self._map(lambda i, payload: bb.preprocess(refs[i].decode(payload)), misses, failed)
+            rgb = bb.rgb_order == "first"  # "after-crop": the transform converts after resizing (reference order)
+            pixels = self._map(lambda i, payload: bb.preprocess(refs[i].decode(payload, convert_rgb=rgb)), misses, failed)
             todo = [(i, px) for (i, _), px in zip(misses, pixels) if px is not None]
             with torch.inference_mode():
                 for b in range(0, len(todo), self.image_batch_size):
