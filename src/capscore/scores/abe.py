@@ -435,7 +435,8 @@ def _check_inputs(encoder: Encoder, images: Sequence, texts: Sequence[str]) -> N
         missing = "patch tokens" if not bb.has_patch_tokens else "per-token text features"
         raise CapscoreError(
             f"ABE-CLIP needs {missing} in the joint space, which backbone {bb.spec} does not expose "
-            "(use an open_clip ViT with a CLIP text tower, e.g. ViT-B-32/openai or scenes-tiny)"
+            "(use FG-CLIP, the paper's backbone: fgclip:DIR; or an open_clip ViT with a CLIP text tower, "
+            "e.g. ViT-B-32/openai or scenes-tiny)"
         )
 
 
