@@ -118,3 +118,21 @@ def test_prmcs_step_trains_on_the_datas_perturbed_captions(tmp_path, make_images
     r.prepare(bb, p)
     loss, logs = make_step(r, p)(bb, ex, step=0, state={}, rng=random.Random(0), pixels=PixelCache(bb))
     assert logs["perturbed_from_data"] == 1.0  # English only: every perturbed caption came from the data
+
+
+def test_cli_train_specs_from_plain_captions_reports_skipped(tmp_path, make_images, capsys):
+    from capscore.cli import main
+
+    imgs = make_images(3)
+    caps = ["A white cat with black spots is lying on a red couch.",
+            "Two people are walking along a sandy beach at sunset.", "A cat."]
+    f = tmp_path / "long.jsonl"
+    f.write_text("".join(json.dumps({"image": str(p), "caption": c}) + "\n" for p, c in zip(imgs, caps)))
+    rc = main(["-q", "train", "specs", "--model", "capscore-test-tiny", "--data", str(f), "--steps", "1",
+               "--batch-size", "2", "--accum", "1", "--eval-scenes", "0", "--out", str(tmp_path / "run")])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "1 caption(s) have fewer than two detail units" in err and "long.jsonl:3" in err
+    card = json.loads((tmp_path / "run" / "card.json").read_text())
+    assert card["train_config"]["weight_decay"] == 0.01 and card["recipe_params"]["margin"] == "carried"
+    assert card["train_config"]["betas"] == [0.9, 0.999]
