@@ -158,3 +158,22 @@ def test_units_tile_the_caption():
     cap = "A woman wearing a white hat holds an umbrella while walking down a busy street at night."
     units = detail_units(cap)
     assert " ".join(units) == cap and len(units) >= 2
+
+
+@pytest.mark.parametrize("caption,paper,ours", [
+    # Penn tags: Two/CD people/NNS are/VBP walking/VBG along/IN a/DT sandy/JJ beach/NN at/IN sunset/NN ./.
+    # App. A: NP = people, a sandy beach, sunset (CD is no determiner there); VP needs NPs to the sentence end
+    # ($) and never fires before "."; PP = along NP, at NP -> units "Two people" | "are walking along a sandy
+    # beach" | "at sunset" | "." -> rule 2 attaches "at sunset" (first PP of that unit), "." joins it.
+    ("Two people are walking along a sandy beach at sunset.",
+     ["Two people", "are walking along a sandy beach at sunset."],
+     # capscore: CLAUSE "Two people are walking", PPs "along a sandy beach" (attached), "at sunset" (2nd: split)
+     ["Two people are walking along a sandy beach", "at sunset."]),
+    # the paper's Fig. 1 example: App. A keeps "with fringed edges" inside one unit
+    ("The cat is partially tucked under a blanket with fringed edges.",
+     ["The cat is partially tucked under a blanket with fringed edges."],
+     ["The cat is partially tucked under a blanket", "with fringed edges."]),
+])
+def test_detail_units_paper_grammar_vs_capscore(caption, paper, ours):
+    assert detail_units(caption, grammar="paper") == paper
+    assert detail_units(caption) == ours
