@@ -52,6 +52,12 @@ def configure(p) -> None:
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
     p.add_argument("--seed", type=int, default=0, help="seed for random-init backbones (default 0)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom code of hf: models")
+    p.add_argument("--rgb-order", default="first", choices=("first", "after-crop"),
+                   help="when images become RGB: 'first' (default) or 'after-crop', the clipscore.py/pacscore "
+                        "order (resize in the file's own mode; palette PNGs are then resized nearest-neighbour)")
+    from capscore.commands.probe import add_abe_arguments
+
+    add_abe_arguments(p)
     p.add_argument("--context-length", type=int, metavar="N",
                    help="text context: 248 stretches a 77-token CLIP tower with LongCLIP's knowledge-preserved "
                         "rule; smaller values truncate (default: the model's own)")
@@ -74,6 +80,11 @@ def run(args) -> int:
     out = Path(args.out)
     output_format(out)
     metric, default_prefix = _metric(args.metric)
+    from capscore.commands.probe import abe_options
+
+    args.abe = abe_options(args)
+    if args.abe and args.metric != "abe":
+        raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
     prefix = default_prefix if args.prefix is None else args.prefix
 
     # inputs: whole-file problems surface here, before any model is loaded
@@ -89,7 +100,8 @@ def run(args) -> int:
 
     backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                              context_length=args.context_length,
-                             trust_remote_code=args.trust_remote_code)  # before touching --out
+                             trust_remote_code=args.trust_remote_code,
+                             rgb_order=getattr(args, "rgb_order", "first"))  # before touching --out
     writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite)
     try:
         return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows)
@@ -119,13 +131,20 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -
         "images": _abs(args.images), "captions": [_abs(c) for c in args.captions],
         "refs": _abs(args.refs) if args.refs else None, "dtype": args.dtype,
     }
+    if metric is None:  # ABE-CLIP: its configuration decides the numbers
+        from capscore.scores.abe import make_config
+
+        cfg = make_config(**getattr(args, "abe", {}))
+        config["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
+                         "pool": _abs(cfg.pool) if cfg.pool else "bundled"}
     spath = summary_path(out)
     if prior is not None:
         _check_same_run(spath, config)
     _write_json(spath, {"status": "running", **config})
     cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
     encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=False)
-    score_chunk = _abe_chunk_scorer(prefix) if metric is None else _clip_chunk_scorer(metric, prefix)
+    score_chunk = (_abe_chunk_scorer(prefix, **getattr(args, "abe", {})) if metric is None
+                   else _clip_chunk_scorer(metric, prefix))
 
     summary = Summary(metric=args.metric)
     t0 = time.perf_counter()
@@ -244,11 +263,11 @@ def _clip_chunk_scorer(spec, prefix: str):
     return score
 
 
-def _abe_chunk_scorer(prefix: str):
+def _abe_chunk_scorer(prefix: str, **abe_options):
     from capscore.data.records import Record
     from capscore.scores.pairs import get_pair_scorer
 
-    scorer = get_pair_scorer("abe")  # imports capscore.scores.abe lazily
+    scorer = get_pair_scorer("abe", **abe_options)  # imports capscore.scores.abe lazily
 
     def score(chunk: list, encoder, *, skip_bad: bool):
         chunk, fatal = _split_at_fatal(chunk, skip_bad)

@@ -220,7 +220,16 @@ class Encoder:
 
     def _read_all(self, items: list[tuple[int, ImageRef]], errors: dict[int, str] | None):
         """Read and decode images in worker threads -> (content key, PIL) or None."""
-        return self._map(lambda i, ref: ref.load(), items, errors)
+        if self.backbone.rgb_order == "first":
+            return self._map(lambda i, ref: ref.load(), items, errors)
+        return self._map(lambda i, ref: ref.load(convert_rgb=False), items, errors)  # see _decode
+
+    def _decode(self, ref: ImageRef, payload):
+        """RGB on decode, unless the backbone converts after resize + crop (``rgb_order="after-crop"``:
+        the clipscore/pacscore order, which then sees the file's own mode)."""
+        if self.backbone.rgb_order == "first":
+            return ref.decode(payload)
+        return ref.decode(payload, convert_rgb=False)
 
     def encode_images(self, images: Sequence, *, errors: dict[int, str] | None = None) -> torch.Tensor:
         """Images (paths, PIL images or ImageRefs) -> (N, D) normalised float32 vectors.
@@ -254,7 +263,7 @@ class Encoder:
                 else:
                     misses.append((i, payload))
             # Decode + preprocess in worker threads (PIL and torchvision release the GIL).
-            pixels = self._map(lambda i, payload: bb.preprocess(refs[i].decode(payload)), misses, failed)
+            pixels = self._map(lambda i, payload: bb.preprocess(self._decode(refs[i], payload)), misses, failed)
             todo = [(i, px) for (i, _), px in zip(misses, pixels) if px is not None]
             with torch.inference_mode():
                 for b in range(0, len(todo), self.image_batch_size):
