@@ -40,7 +40,9 @@ def test_frame_folder_gif_and_static_video(tiny_backbone, make_images, tmp_path)
     enc = Encoder(tiny_backbone)
     cap = "a small red cube"
     by_folder, by_list = score_videos(enc, [frames[0].parent, frames], [cap, cap])
-    assert by_folder == by_list
+    # same pixels, encoded at different positions of one batch: equal up to float noise
+    for a, b in zip((by_folder.coarse, by_folder.fine_p, by_folder.fine_r), (by_list.coarse, by_list.fine_p, by_list.fine_r)):
+        assert a == pytest.approx(b, abs=1e-6)
     # GIF frames are palette-quantised, so compare loosely to the lossless PNG frames.
     (by_gif,) = score_videos(enc, [gif], [cap])
     assert by_gif.coarse == pytest.approx(by_list.coarse, abs=0.05)
