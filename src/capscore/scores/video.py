@@ -271,7 +271,7 @@ def video_of(rec):
         return v
     if getattr(v, "path", None) is None:
         raise InputError(rec.source or f"item {rec.id}", "no video path")
-    return VideoRef(path=v.path, name=v.name)
+    return VideoRef(path=v.path, name=f"{rec.source}: video {v.path}" if rec.source else v.name)
 
 
 def video_row(rec, result: VideoResult | None, error: str | None) -> dict:
@@ -310,9 +310,11 @@ def score_video_records(
                     raise err
                 errors[i] = str(err)
         good = [i for i in range(len(chunk)) if i not in errors]
-        vid_err: dict[int, str] | None = {} if skip_bad else None
+        vid_err: dict[int, str] = {}  # collected even without skip_bad, so the first bad row is the one named
         frames = encoder.encode_videos([video_of(chunk[i]) for i in good], sampling=sampling, errors=vid_err)
-        for j, msg in (vid_err or {}).items():
+        if vid_err and not skip_bad:
+            raise CapscoreError(vid_err[min(vid_err)])
+        for j, msg in vid_err.items():
             errors[good[j]] = msg
         frames_of = {i: f for i, f in zip(good, frames)}
         good = [i for i in good if i not in errors]
