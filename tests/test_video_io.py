@@ -153,3 +153,15 @@ def test_bad_video_is_recorded_not_raised_with_errors(tiny_backbone, tmp_path):
     assert out[0] is not None and out[1] is None and "bad.mp4" in errors[1]
     with pytest.raises(InputError, match="bad.mp4"):
         enc.encode_videos([tmp_path / "bad.mp4"])
+
+
+@pytest.mark.parametrize("name,codec,pix,opts", [("v.webm", "libvpx-vp9", "yuv444p", {"lossless": "1"}),
+                                                 ("v.avi", "mpeg4", "yuv420p", {"qscale": "2"})])
+def test_webm_and_avi_decode_within_codec_tolerance(tmp_path, name, codec, pix, opts):
+    flat = [np.full((32, 32, 3), 30 * i + 15, dtype=np.uint8) for i in range(5)]  # flat greys: colour-exact in YUV
+    path = write_with_pyav(tmp_path / name, flat, codec=codec, pix_fmt=pix, options=opts)
+    got = decode_video(path, Sampling.parse("all"))
+    assert len(got) == 5
+    for g, w in zip(got, flat):
+        assert np.abs(np.asarray(g).astype(int) - w).mean() <= 2
+    assert len(decode_video(path, Sampling.parse("fps:4"))) == 3  # 8 fps: t = 0, .125, ... -> buckets of 0.25 s
