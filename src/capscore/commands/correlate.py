@@ -88,6 +88,9 @@ def run(args) -> int:
 
     if args.dataset in VIDEO_DATASETS:
         return _run_video(args)
+    if args.videos or args.frames or args.idf or args.n_refs:
+        raise CapscoreError("--videos, --frames, --idf and --n-refs apply to the video datasets only "
+                            f"({', '.join(VIDEO_DATASETS)})")
 
     if args.bootstrap < 0 or args.batch_size < 1 or args.ref_draws < 1 or args.ref_sample < 0:
         raise CapscoreError("--bootstrap, --ref-sample must be >= 0 and --batch-size, --ref-draws >= 1")

@@ -83,6 +83,8 @@ def run(args) -> int:
         raise CapscoreError("give --images DIR|MANIFEST (or --videos DIR|MANIFEST)")
     if args.metric not in METRIC_CHOICES:
         raise CapscoreError(f"--metric {args.metric} scores videos; use it with --videos")
+    if getattr(args, "frames", None) or getattr(args, "idf", False):
+        raise CapscoreError("--frames and --idf apply to --videos only")
     for name in ("batch_size", "chunk_size"):
         if getattr(args, name) < 1:
             raise CapscoreError(f"--{name.replace('_', '-')} must be a positive integer; got {getattr(args, name)}")
