@@ -309,7 +309,8 @@ class Encoder:
         uniq = list(first_of.values())
         failed: dict[int, str] | None = {} if errors is not None else None
         got: dict[int, np.ndarray] = {}
-        per_chunk = max(1, self.workers * 2)  # videos decoded at a time: bounds the frames held in memory
+        # videos decoded at a time: enough frames to fill image batches (~10 per clip), few enough to bound memory
+        per_chunk = max(self.workers * 2, self.image_batch_size // 10)
         bar = self._bar(len(uniq), "videos")
         for s in range(0, len(uniq), per_chunk):
             idx = uniq[s : s + per_chunk]
