@@ -19,6 +19,7 @@ from pathlib import Path
 from capscore.errors import CapscoreError, InputError
 
 METRIC_CHOICES = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs", "abe")
+VIDEO_METRIC_CHOICES = ("clip-s", "pac-s", "refpac-s", "emscore", "emscore-ref")  # with --videos (docs/video.md)
 DEFAULT_MODEL = "scenes-tiny"
 
 
@@ -26,13 +27,21 @@ def configure(p) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="backbone, e.g. ViT-B-32/openai, ckpt:PATH.pth, hf:DIR (see `capscore models`); "
                         f"default {DEFAULT_MODEL}")
-    p.add_argument("--images", required=True, metavar="DIR|MANIFEST",
+    p.add_argument("--images", metavar="DIR|MANIFEST",
                    help="folder of images (id = file stem) or a CSV/JSONL manifest with 'id' and 'path'")
+    p.add_argument("--videos", metavar="DIR|MANIFEST",
+                   help="instead of --images: folder of videos (.mp4/.webm/.mkv/.avi/.gif/.webp or frame folders; "
+                        "id = file stem) or a CSV/JSONL manifest; see docs/video.md")
+    p.add_argument("--frames", default=None, metavar="SAMPLING",
+                   help="--videos: frames scored per video: uniform:N, fps:R, every:K or all (default uniform:10)")
+    p.add_argument("--idf", action="store_true",
+                   help="--videos, EMScore-family metrics: idf token weights from the references (else the captions)")
     p.add_argument("--captions", required=True, nargs="+", metavar="FILE",
                    help="captions: JSON {image_id: caption}, or JSONL/CSV with image, caption[, refs, id, system]; "
                         "several files = several systems (named by file stem)")
     p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]} (or JSONL/CSV image, refs)")
-    p.add_argument("--metric", default="clip-s", choices=METRIC_CHOICES, help="default clip-s")
+    p.add_argument("--metric", default="clip-s", choices=tuple(dict.fromkeys(METRIC_CHOICES + VIDEO_METRIC_CHOICES)),
+                   help="default clip-s; with --videos: " + ", ".join(VIDEO_METRIC_CHOICES))
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family, '' for mcs and abe)")
@@ -72,6 +81,16 @@ def run(args) -> int:
     from capscore.data.captions import index_images, load_refs, read_captions
     from capscore.report.writers import open_writer, output_format, read_rows
 
+    if getattr(args, "videos", None):
+        from capscore.commands.score_videos import run_videos
+
+        return run_videos(args)
+    if not args.images:
+        raise CapscoreError("give --images DIR|MANIFEST (or --videos DIR|MANIFEST)")
+    if args.metric not in METRIC_CHOICES:
+        raise CapscoreError(f"--metric {args.metric} scores videos; use it with --videos")
+    if getattr(args, "frames", None) or getattr(args, "idf", False):
+        raise CapscoreError("--frames and --idf apply to --videos only")
     for name in ("batch_size", "chunk_size"):
         if getattr(args, name) < 1:
             raise CapscoreError(f"--{name.replace('_', '-')} must be a positive integer; got {getattr(args, name)}")
