@@ -68,7 +68,10 @@ def _label(s: object, limit: int = 40) -> str:
 
 
 def figure(width: float, height: float):
-    from matplotlib.figure import Figure  # lazy: only `capscore report` (and explain) need matplotlib
+    try:  # lazy: only `capscore report` (and explain) need matplotlib
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise CapscoreError("capscore report draws its plots with matplotlib; pip install matplotlib") from None
 
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
@@ -176,6 +179,7 @@ def section_lgip(runs: Runs) -> str:
             ax.scatter([x], [y], s=60, color=PALETTE[i % len(PALETTE)], zorder=3)
             ax.annotate(_label(name), (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
         ax.axhline(0, color="grey", linewidth=0.8, linestyle=":")
+        ax.margins(x=0.3, y=0.15)  # room for the labels
         ax.set_xlabel("invariance error $E_{inv}$ (lower is better)")
         ax.set_ylabel("semantic sensitivity $E_{sens}$ (higher is better)")
         ax.grid(alpha=0.3)
