@@ -210,7 +210,7 @@ def perturb_table(p: ProbeRun) -> tuple[dict, str]:
             out[(lang, str(s["kind"]))] = (finite(s.get("mean_original")), finite(s.get("mean_perturbed")),
                                            finite(s.get("pct_change")))
     if out:
-        return out, "from the probe summary (pct_change)"
+        return out, "from the probe summary's pct_change"
     acc: dict = defaultdict(lambda: [0.0, 0.0, 0])
     for r in p.rows:
         o, q = finite(r.get("score")), finite(r.get("perturbed_score"))
@@ -227,7 +227,7 @@ def perturb_table(p: ProbeRun) -> tuple[dict, str]:
         cells = [v for (lg, _), v in out.items() if lg == lang]
         mo, mq = statistics.fmean(c[0] for c in cells), statistics.fmean(c[1] for c in cells)
         out[(lang, "average")] = (mo, mq, 100.0 * (mq - mo) / mo if mo else None)
-    return out, "computed from the rows (score, perturbed_score)"
+    return out, "computed from the rows' score and perturbed_score"
 
 
 def section_perturb(runs: Runs) -> str:
