@@ -9,7 +9,9 @@ Two modes:
 * ``--scores FILE`` with ``--human FILE`` (or ``--dataset`` + ``--path``) correlates scores computed
   elsewhere (a ``capscore score`` output, an LLM judge...) with the human scores, joined on ``id``.
 
-``--out DIR`` writes ``correlate.json`` (every result with its provenance) and ``correlate.csv``.
+``--out DIR`` writes ``correlate.json`` (every result with its provenance) and ``correlate.csv``, and for
+rating datasets ``correlate_items.jsonl`` (per item: metric, backbone, id, score, human), which
+``capscore report`` plots.
 See docs/meta.md.
 """
 from __future__ import annotations
@@ -215,6 +217,12 @@ def write_results(results, out) -> tuple[Path, Path]:
                 s = r.get(c)
                 row += ["", "", ""] if s is None else [s.value, *(s.ci if s.ci else ("", ""))]
             w.writerow(row)
+    items = [(r, it) for r in results for it in r.items]
+    if items:
+        with open(out / "correlate_items.jsonl", "w", encoding="utf-8") as f:
+            for r, (ident, score, human) in items:
+                f.write(json.dumps({"dataset": r.dataset, "metric": r.metric, "backbone": r.backbone, "id": ident,
+                                    "score": score, "human": human}, ensure_ascii=False) + "\n")
     return json_path, csv_path
 
 
