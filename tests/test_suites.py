@@ -147,7 +147,29 @@ def test_run_perturb_counts_not_perturbable(tmp_path, root):
     res = R.run_perturb(_FakeEncoder(), items, kinds=["jumble"], scorer=lambda e, i, t: torch.tensor(
         [scores.get(x, 0.1) for x in t]))
     s = res.summary[0]
-    assert s["n"] == 1 and s["n_not_perturbable"] == 1 and s["robust_rate"] == 1.0
+    assert s["n"] == 1 and s["n_unchanged"] == 1 and s["robust_rate"] == 1.0
+
+
+def test_run_perturb_percentage_change_of_the_mean_per_language(root):
+    items = [R.ProbeItem("0", root / "img0.png", "a dog chases a cat", lang="en"),
+             R.ProbeItem("1", root / "img1.png", "red ball", lang="en"),
+             R.ProbeItem("2", root / "img2.png", "dog dog", lang="en"),  # jumble cannot change it
+             R.ProbeItem("3", root / "img0.png", "ein Hund", lang="de")]
+    scores = {"a dog chases a cat": .5, "red ball": .3, "dog dog": .6, "ein Hund": .2}
+    res = R.run_perturb(_FakeEncoder(), items, kinds=["jumble", "masking"], p=1.0,
+                        scorer=lambda e, i, t: torch.tensor([scores.get(x, 0.1) for x in t], dtype=torch.float64))
+    by = {(s["lang"], s["kind"]): s for s in res.summary}
+    j = by["en", "jumble"]
+    # Table 2/7: change of the MEAN: originals (.5+.3+.6)/3, perturbed (.1+.1+.6)/3 (the unchanged caption keeps .6)
+    assert j["pct_change"] == pytest.approx(100 * ((0.8 / 3) - (1.4 / 3)) / (1.4 / 3))  # -42.857%
+    assert j["n"] == 2 and j["n_unchanged"] == 1
+    assert j["robust_rate"] == 1.0 and j["mean_score_drop"] == pytest.approx((0.4 + 0.2) / 2)  # changed only
+    m = by["en", "masking"]  # p = 1: every caption fully masked -> 0.1
+    assert m["pct_change"] == pytest.approx(100 * (0.1 - 1.4 / 3) / (1.4 / 3))  # -78.571%
+    avg = by["en", "average"]  # Table 2 "Perturbed Average": mean of the per-kind perturbed means
+    assert avg["mean_perturbed"] == pytest.approx((0.8 / 3 + 0.1) / 2)
+    assert avg["pct_change"] == pytest.approx((j["pct_change"] + m["pct_change"]) / 2)  # -60.714%
+    assert by["de", "jumble"]["pct_change"] == pytest.approx(-50.0)  # .2 -> .1
 
 
 def test_run_lgip_with_table(root):
@@ -211,3 +233,30 @@ def test_cli_bad_file_is_one_line(tmp_path, root, capsys):
                str(root), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err and "caps.jsonl:2: unknown image in field 'image'" in err
+
+
+def test_cli_probe_abe_options(tmp_path, root, capsys):
+    """--scorer abe --abe-omega 1 is the global cosine (ABE eq. 12 with ω = 1): every per-item number equals
+    the cosine scorer's; ABE flags with another scorer, or a bad K, are one-line errors."""
+    from capscore.cli import main
+
+    f = tmp_path / "replace_att.json"
+    f.write_text(json.dumps({"0": {"filename": "img0.png", "caption": "a red dog", "negative_caption": "a blue dog"},
+                             "1": {"filename": "img1.png", "caption": "two black cats", "negative_caption": "two white cats"}}))
+    base = ["-q", "probe", "--model", "capscore-test-tiny", "--suite", "sugarcrepe", "--data", str(f),
+            "--images", str(root)]
+    assert main(base + ["--out", str(tmp_path / "cos")]) == 0
+    assert main(base + ["--scorer", "abe", "--abe-omega", "1", "--abe-k", "3", "--out", str(tmp_path / "abe")]) == 0
+
+    def numbers(folder):
+        rows = [json.loads(x) for x in (folder / "sugarcrepe__capscore-test-tiny.jsonl").read_text().splitlines()]
+        return [r["scores"] for r in rows]  # [[positive, negative]] per item, rounded to 6 decimals
+
+    cos, abe = numbers(tmp_path / "cos"), numbers(tmp_path / "abe")
+    assert len(cos) == len(abe) == 2
+    np.testing.assert_allclose(abe, cos, atol=2e-6)
+    capsys.readouterr()
+    assert main(base + ["--abe-k", "3", "--out", str(tmp_path / "x")]) == 2
+    assert "apply to --scorer abe only" in capsys.readouterr().err
+    assert main(base + ["--scorer", "abe", "--abe-k", "0", "--out", str(tmp_path / "y")]) == 2
+    assert "--abe-k must be an integer >= 1; got 0" in capsys.readouterr().err

@@ -77,7 +77,7 @@ def _table(rows, pa):
                      "end": pa.array(end, pa.bool_()), "item": pa.array(item, pa.binary())})
 
 
-def prepare_block(batch, *, preprocess):
+def prepare_block(batch, *, backbone):
     """CPU task: read, hash, decode and preprocess each record's image; failures are left to the actor,
     which meets them again in ``encode_images`` and reports them exactly as the single-process engine."""
     import pyarrow as pa
@@ -85,6 +85,9 @@ def prepare_block(batch, *, preprocess):
     from capscore.data.records import Record
     from capscore.errors import InputError
 
+    from capscore.embed.engine import Encoder, MemoryCache
+
+    decoder = Encoder(backbone, cache=MemoryCache(max_items=1))  # its _decode: the engine's RGB-order rule
     keys, pixels = [], []
     for blob in batch.column("item").to_pylist():
         key, px = "", b""
@@ -93,7 +96,8 @@ def prepare_block(batch, *, preprocess):
             if isinstance(item, Record):
                 try:
                     key, payload = item.image.read()
-                    px = preprocess(item.image.decode(payload)).numpy().astype(np.float32, copy=False).tobytes()
+                    px = backbone.preprocess(decoder._decode(item.image, payload)).numpy()
+                    px = px.astype(np.float32, copy=False).tobytes()
                 except InputError:
                     key, px = "", b""
         keys.append(key)
@@ -105,7 +109,8 @@ class ScoreActor:
     """Actor: one backbone + Encoder, loaded once; scores blocks with ``capscore score``'s chunk scorer."""
 
     def __init__(self, *, model: str, device: str, dtype: str, seed: int, context_length, trust_remote_code: bool,
-                 metric: str, prefix: str, batch_size: int, cache_dir, threads: int, pixel_shape):
+                 metric: str, prefix: str, batch_size: int, cache_dir, threads: int, pixel_shape,
+                 rgb_order: str = "first", abe: dict | None = None):
         import torch
 
         from capscore.backbones import load_backbone
@@ -115,11 +120,11 @@ class ScoreActor:
 
         torch.set_num_threads(threads)
         bb = load_backbone(model, device=device, dtype=dtype, seed=seed, context_length=context_length,
-                           trust_remote_code=trust_remote_code)
+                           trust_remote_code=trust_remote_code, rgb_order=rgb_order)
         self.encoder = Encoder(bb, batch_size=batch_size, cache=EmbeddingCache(cache_dir) if cache_dir else MemoryCache(),
                                workers=threads)
         spec, _ = _metric(metric)
-        self.score = _abe_chunk_scorer(prefix) if spec is None else _clip_chunk_scorer(spec, prefix)
+        self.score = _abe_chunk_scorer(prefix, **(abe or {})) if spec is None else _clip_chunk_scorer(spec, prefix)
         self.pixel_shape = tuple(pixel_shape)
 
     def __call__(self, batch):
@@ -271,7 +276,7 @@ def run_score(args, source, *, metric, prefix: str) -> int:
     # The driver loads the backbone once on the CPU: its identity keys the output, its preprocessing runs in the
     # CPU tasks. The actors load their own copy on --device.
     backbone = load_backbone(args.model, device="cpu", dtype="fp32", seed=args.seed, context_length=args.context_length,
-                             trust_remote_code=args.trust_remote_code)
+                             trust_remote_code=args.trust_remote_code, rgb_order=getattr(args, "rgb_order", "first"))
     identity = backbone.identity if args.dtype == "fp32" else f"{backbone.identity}|{args.dtype}"
     config = {"model": args.model, "backbone": identity, "metric": args.metric, "prefix": prefix,
               "source": source.kind, "options": source.options.__dict__}
@@ -293,7 +298,7 @@ def run_score(args, source, *, metric, prefix: str) -> int:
         threads = args.threads_per_worker
         workers = args.workers or default_workers(args.device, res.get("CPU", 1), res.get("GPU", 0),
                                                   args.gpus_per_worker, threads)
-        ds = build_pipeline(ray, todo, source.options, preprocess_only(backbone).preprocess, pixel_shape, args=args, prefix=prefix,
+        ds = build_pipeline(ray, todo, source.options, preprocess_only(backbone), pixel_shape, args=args, prefix=prefix,
                             workers=workers, threads=threads, cuda=cuda)
         del ctx
         metas.update(collect(ds, todo, state, skip_bad=args.skip_bad, quiet=getattr(args, "quiet", False)))
@@ -338,7 +343,7 @@ def preprocess_only(backbone):
     return light
 
 
-def build_pipeline(ray, shards: list[Shard], options, preprocess, pixel_shape, *, args, prefix: str, workers: int,
+def build_pipeline(ray, shards: list[Shard], options, light_backbone, pixel_shape, *, args, prefix: str, workers: int,
                    threads: int, cuda: bool):
     """The Ray Dataset: one row per shard -> read -> prepare -> score (lazy; nothing runs until iterated)."""
     # from_items builds the shard list on the driver: no read task, which would want a whole CPU
@@ -346,11 +351,12 @@ def build_pipeline(ray, shards: list[Shard], options, preprocess, pixel_shape, *
     ds = ds.map_batches(read_blocks, batch_size=1, batch_format="pyarrow", zero_copy_batch=True,
                         fn_kwargs={"shards": shards, "options": options}, num_cpus=TASK_CPUS)
     ds = ds.map_batches(prepare_block, batch_size=None, batch_format="pyarrow", zero_copy_batch=True,
-                        fn_kwargs={"preprocess": preprocess}, num_cpus=TASK_CPUS)
+                        fn_kwargs={"backbone": light_backbone}, num_cpus=TASK_CPUS)
     actor_args = dict(model=args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                       context_length=args.context_length, trust_remote_code=args.trust_remote_code,
                       metric=args.metric, prefix=prefix, batch_size=args.batch_size,
-                      cache_dir=args.cache_dir, threads=threads, pixel_shape=pixel_shape)
+                      cache_dir=args.cache_dir, threads=threads, pixel_shape=pixel_shape,
+                      rgb_order=getattr(args, "rgb_order", "first"), abe=getattr(args, "abe", None))
     return ds.map_batches(ScoreActor, fn_constructor_kwargs=actor_args, batch_size=None, batch_format="pyarrow",
                           compute=ray.data.ActorPoolStrategy(size=workers),
                           num_cpus=actor_cpus(ray.cluster_resources().get("CPU", 1), workers, threads),
