@@ -314,6 +314,7 @@ class Encoder:
                 self.cache.put_many(zip(keys[b : b + len(px)], g))
                 out.extend(g)
                 self.stats.images_encoded += len(px)
+        return out
 
     def encode_videos(self, videos: Sequence, *, sampling=None,
                       errors: dict[int, str] | None = None) -> list[torch.Tensor | None]:
