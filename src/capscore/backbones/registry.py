@@ -121,6 +121,10 @@ def load_backbone(
     trust_remote_code: bool = False,
 ) -> Backbone:
     """Load any supported dual encoder from a ``--model`` string (see module docstring)."""
+    from capscore.backbones.base import resolve_device, resolve_dtype
+
+    resolve_device(device)  # fail before loading any weights
+    resolve_dtype(dtype)
     adapter, rest = parse_model_spec(spec)
     opts = dict(spec=spec, device=device, dtype=dtype, seed=seed, context_length=context_length)
     if adapter.prefix in ("hf", "mclip"):

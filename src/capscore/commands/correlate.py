@@ -14,6 +14,7 @@ See docs/meta.md.
 """
 from __future__ import annotations
 
+from capscore.commands._args import non_negative_int, positive_int
 import csv
 import json
 import sys
@@ -45,11 +46,11 @@ def configure(p) -> None:
                         "pearson spearman one_minus_r2 sample_tau_b sample_tau_c system:KIND by_lang:KIND")
     p.add_argument("--ties", choices=("half", "loss"), help="pairs: a metric tie counts half or as a loss "
                                                            "(default: half for Pascal-50S, loss for FOIL)")
-    p.add_argument("--ref-sample", type=int, default=5, metavar="K",
+    p.add_argument("--ref-sample", type=non_negative_int, default=5, metavar="K",
                    help="Pascal-50S: references drawn per pair for reference-based metrics (default 5; 0 = all 48)")
-    p.add_argument("--ref-draws", type=int, default=5, metavar="N", help="Pascal-50S: draws averaged (default 5)")
-    p.add_argument("--scenes", type=int, default=60, metavar="N", help="scenes-oracle: number of scenes")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+    p.add_argument("--ref-draws", type=positive_int, default=5, metavar="N", help="Pascal-50S: draws averaged (default 5)")
+    p.add_argument("--scenes", type=positive_int, default=60, metavar="N", help="scenes-oracle: number of scenes")
+    p.add_argument("--bootstrap", type=non_negative_int, default=1000, metavar="N",
                    help="bootstrap resamples for 95%% intervals (default 1000; 0 = none)")
     p.add_argument("--seed", type=int, default=0, help="seed: ties, reference draws, bootstrap, random init")
     p.add_argument("--out", metavar="DIR", help="write correlate.json and correlate.csv here")
@@ -58,7 +59,7 @@ def configure(p) -> None:
     p.add_argument("--skip-bad", action="store_true", help="count and skip items that cannot be scored")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="default fp32")
-    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="encoder batch size (default 64)")
+    p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore)")
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")

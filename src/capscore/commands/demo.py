@@ -9,6 +9,7 @@ the same options give the same numbers.
 """
 from __future__ import annotations
 
+from capscore.commands._args import positive_int
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ DEMO_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucin
 
 def configure(p) -> None:
     p.add_argument("--out", default="capscore-demo", metavar="DIR", help="output folder (default capscore-demo/)")
-    p.add_argument("--n", type=int, default=60, help="number of scenes (default 60)")
+    p.add_argument("--n", type=positive_int, default=60, help="number of scenes (default 60)")
     p.add_argument("--seed", type=int, default=7, help="scene seed (default 7)")
     p.add_argument("--model", default="scenes-tiny", help="backbone (default: the bundled scenes-tiny)")
 

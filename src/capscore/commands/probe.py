@@ -1,6 +1,7 @@
 """``capscore probe``: run one probe suite on one or more models; per-item rows + a summary table."""
 from __future__ import annotations
 
+from capscore.commands._args import non_negative_int, positive_int, probability
 import json
 import re
 import sys
@@ -33,14 +34,14 @@ def configure(p) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="per-item rows (default jsonl)")
     p.add_argument("--seed", type=int, default=0, help="perturbation / sampling seed, and random-init seed")
-    p.add_argument("--p", type=float, default=0.4, help="perturb: per-word probability (default 0.4)")
+    p.add_argument("--p", type=probability, default=0.4, help="perturb: per-word probability (default 0.4)")
     p.add_argument("--mask", default="[MASK]", help="perturb: mask token (default [MASK])")
     p.add_argument("--kinds", default="repetition,removal,masking,jumble,substitution",
                    help="perturb: comma-separated perturbations")
-    p.add_argument("--min-group-count", type=int, default=25, help="ARO macro: smallest group kept (default 25)")
-    p.add_argument("--n-scenes", type=int, default=64, help="scenes-*: number of generated scenes (default 64)")
+    p.add_argument("--min-group-count", type=non_negative_int, default=25, help="ARO macro: smallest group kept (default 25)")
+    p.add_argument("--n-scenes", type=positive_int, default=64, help="scenes-*: number of generated scenes (default 64)")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
 
 

@@ -1,6 +1,7 @@
 """``capscore train RECIPE``: fine-tune a metric backbone (see docs/train.md)."""
 from __future__ import annotations
 
+from capscore.commands._args import non_negative_float, non_negative_int, positive_float, positive_int
 
 def configure(p) -> None:
     from capscore.train.recipes import RECIPES
@@ -10,19 +11,19 @@ def configure(p) -> None:
     p.add_argument("--data", default="scenes:512",
                    help="'scenes:N' (synthetic scenes, built in) or a JSONL file (fields in docs/train.md)")
     p.add_argument("--out", required=True, help="output folder: model.safetensors, MODEL_CARD.md, log.jsonl, checkpoints/")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--accum", type=int, default=1, help="gradient accumulation (micro-batches per step)")
-    p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--grad-clip", type=float, default=None)
+    p.add_argument("--steps", type=positive_int, default=100)
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--accum", type=positive_int, default=1, help="gradient accumulation (micro-batches per step)")
+    p.add_argument("--lr", type=positive_float, default=1e-5)
+    p.add_argument("--warmup", type=non_negative_int, default=10)
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.1)
+    p.add_argument("--grad-clip", type=positive_float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (always before and after)")
-    p.add_argument("--eval-scenes", type=int, default=48, help="held-out scenes for evaluation (0: none)")
+    p.add_argument("--eval-every", type=non_negative_int, default=0, help="evaluate every N steps (always before and after)")
+    p.add_argument("--eval-scenes", type=non_negative_int, default=48, help="held-out scenes for evaluation (0: none)")
     p.add_argument("--languages", default="de,fr,es,ja", help="prmcs: student languages (scenes data)")
-    p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (always at the end)")
+    p.add_argument("--ckpt-every", type=non_negative_int, default=0, help="checkpoint every N steps (always at the end)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe parameter (repeatable)")
     p.add_argument("--tensorboard", action="store_true", help="also log to OUT/tensorboard (needs tensorboard)")
