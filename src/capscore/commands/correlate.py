@@ -14,7 +14,7 @@ See docs/meta.md.
 """
 from __future__ import annotations
 
-from capscore.commands._args import non_negative_int, positive_int
+from capscore.commands._args import output_dir, refuse_input_as_output, non_negative_int, positive_int
 import csv
 import json
 import sys
@@ -78,6 +78,11 @@ def _load(args):
 def run(args) -> int:
     from capscore.meta.evaluate import correlate_scores, export_items, read_human, read_scores
 
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CapscoreError(f"--out {args.out}: is an existing file; --out names a folder (correlate.json, .csv)")
+    if args.export_items:
+        refuse_input_as_output(args.export_items, {"--path": args.path, "--coco-captions": args.coco_captions},
+                               "--export-items")
     if args.bootstrap < 0 or args.batch_size < 1 or args.ref_draws < 1 or args.ref_sample < 0:
         raise CapscoreError("--bootstrap, --ref-sample must be >= 0 and --batch-size, --ref-draws >= 1")
     if args.export_items:
@@ -123,6 +128,10 @@ def _score_and_correlate(args, ds, common):
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
+        from capscore.commands.score import warn_metric_fit
+
+        for name in args.metric:
+            warn_metric_fit(name, backbone)
         encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=not getattr(args, "quiet", False))
         for m in metrics:
             results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
@@ -177,8 +186,7 @@ def format_table(results) -> str:
 
 
 def write_results(results, out) -> tuple[Path, Path]:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out)
     json_path, csv_path = out / "correlate.json", out / "correlate.csv"
     with open(json_path, "w", encoding="utf-8") as f:
         json.dump({"results": [r.as_dict() for r in results]}, f, indent=2, default=str)

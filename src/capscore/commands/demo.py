@@ -9,7 +9,7 @@ the same options give the same numbers.
 """
 from __future__ import annotations
 
-from capscore.commands._args import positive_int
+from capscore.commands._args import output_dir, positive_int
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -76,8 +76,10 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
 
     if n < 2:
         raise CapscoreError(f"--n must be >= 2; got {n}")
+    if out.exists() and not out.is_dir():
+        raise CapscoreError(f"--out {out}: is an existing file; --out names the demo's output folder")
     backbone = load_backbone(model)  # before touching --out: a bad --model leaves nothing behind
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     (out / "images").mkdir(exist_ok=True)
     scenes = generate_scenes(n, seed=seed, split="all")
     records, meta = build_records(scenes, out / "images", seed=seed)

@@ -1,7 +1,7 @@
 """``capscore probe``: run one probe suite on one or more models; per-item rows + a summary table."""
 from __future__ import annotations
 
-from capscore.commands._args import non_negative_int, positive_int, probability
+from capscore.commands._args import output_dir, non_negative_int, positive_int, probability
 import json
 import re
 import sys
@@ -74,12 +74,13 @@ def run(args) -> int:
 
     if args.batch_size < 1:
         raise CapscoreError(f"--batch-size must be a positive integer; got {args.batch_size}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CapscoreError(f"--out {args.out}: is an existing file; --out names the output folder")
     kind, inputs = _load_inputs(args)  # input errors surface before any model is loaded
     if kind != "scenes" and not inputs:
         raise CapscoreError(f"{args.data}: no items")
     scorer = get_pair_scorer(args.scorer)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(args.out)
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, seed=args.seed)

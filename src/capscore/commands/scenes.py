@@ -1,7 +1,7 @@
 """``capscore scenes``: generate synthetic scenes, train and evaluate scenes-tiny (see docs/scenes.md)."""
 from __future__ import annotations
 
-from capscore.commands._args import non_negative_int, positive_float, positive_int
+from capscore.commands._args import output_dir, output_file, non_negative_int, positive_float, positive_int
 import json
 import shlex
 import sys
@@ -44,7 +44,7 @@ def _generate(args) -> int:
 
     if args.n < 1:
         raise CapscoreError(f"--n must be >= 1; got {args.n}")
-    out = Path(args.out)
+    out = output_dir(args.out)
     (out / "images").mkdir(parents=True, exist_ok=True)
     with open(out / "scenes.jsonl", "w", encoding="utf-8") as f:
         for s in generate_scenes(args.n, seed=args.seed, split=args.split, size=args.size):
@@ -65,6 +65,7 @@ def _train(args) -> int:
     out = Path(args.out)
     if out.suffix != ".safetensors":
         raise CapscoreError(f"--out must end in .safetensors; got {args.out!r}")
+    out = output_file(out)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
                       warmup=min(args.warmup, args.steps), log_every=args.log_every, save_every=args.save_every,
                       threads=args.threads)
@@ -77,6 +78,8 @@ def _eval(args) -> int:
     from capscore.backbones import load_backbone
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, format_report
 
+    if args.out:
+        output_file(args.out)  # a folder or an unwritable place fails now, not after the evaluation
     res = evaluate_scenes(load_backbone(args.model), n=args.n, seed=EVAL_SEED if args.seed is None else args.seed,
                           prefix=args.prefix)
     print(format_report(res))

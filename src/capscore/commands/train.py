@@ -41,7 +41,11 @@ def run(args) -> int:
     from capscore.train.loop import TrainConfig, train
     from capscore.train.recipes import get_recipe, make_step, resolve_params
 
+    from capscore.commands._args import output_dir
+
     recipe = get_recipe(args.recipe)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CapscoreError(f"--out {args.out}: is an existing file; --out names the output folder")
     sets = {}
     for s in args.set:
         key, eq, value = s.partition("=")
@@ -68,7 +72,7 @@ def run(args) -> int:
     if args.eval_scenes:
         evaluate = scene_evaluator(args.eval_scenes, languages=("en", *langs),
                                    perturbations=recipe.name == "prmcs")
-    out = Path(args.out)
+    out = output_dir(args.out)
     res = train(bb, make_step(recipe, params), examples, cfg, out, state=state, evaluate=evaluate, resume=args.resume)
     path = export_model(bb, out / "model.safetensors")
     from dataclasses import asdict
