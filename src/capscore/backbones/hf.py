@@ -178,7 +178,7 @@ def load_hf(
 
     name, local = _resolve(rest)
     offline = local or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
-    if not offline:
+    if not local:
         from capscore.backbones.offline import require_hf_repo
 
         require_hf_repo(spec, name, ("config.json",))  # not cached and no network: one line, no retries

@@ -80,7 +80,6 @@ def run(args) -> int:
     if kind != "scenes" and not inputs:
         raise CapscoreError(f"{args.data}: no items")
     scorer = get_pair_scorer(args.scorer)
-    out = output_dir(args.out)
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, seed=args.seed)
@@ -98,6 +97,7 @@ def run(args) -> int:
         else:
             res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
                               text_only=args.suite == "sugarcrepe++", **common)
+        out = output_dir(args.out)  # after the first model loaded: a bad --model or --device leaves no folder
         _write_rows(out / f"{_safe(args.suite)}__{_safe(spec)}.{args.format}", res)
         results.append(res)
     summary = [{"suite": r.suite, "model": r.model, "identity": r.identity, "scorer": r.scorer, "seed": r.seed,

@@ -32,7 +32,7 @@ def check_dimensions(size: tuple[int, int], where: str) -> None:
     if w < 1 or h < 1:
         raise InputError(where, f"image has no pixels ({w}x{h})")
     if w * h > MAX_PIXELS:
-        raise InputError(where, f"image is {w}x{h} = {w * h / 1e6:.0f} megapixels, over the {MAX_PIXELS / 1e6:.1f} MP "
+        raise InputError(where, f"image is {w}x{h} = {w * h / 1e6:.0f} megapixels, over the {MAX_PIXELS / 1e6:.1f} megapixel "
                                 "limit (decompression-bomb guard); downscale it first")
     if max(w, h) > MAX_ASPECT * min(w, h):
         raise InputError(where, f"image is {w}x{h}, an aspect ratio over {MAX_ASPECT}:1 (resizing its short side "
@@ -127,7 +127,8 @@ class ImageRef:
                 im.load()  # forces a full decode: truncated files fail here
                 return to_rgb(im, self.where())
         except Image.DecompressionBombError as e:
-            raise InputError(self.where(), f"refused as a decompression bomb ({e})") from None
+            raise InputError(self.where(), f"image is over the {MAX_PIXELS / 1e6:.1f} megapixel limit "
+                                           f"(decompression-bomb guard: {e}); downscale it first") from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             msg = "not an image file" if isinstance(e, UnidentifiedImageError) else f"unreadable or truncated image ({e})"
             raise InputError(self.where(), msg) from None

@@ -159,6 +159,10 @@ def read_rows(path: Path) -> Iterator[tuple[str, dict]]:
         raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
     with f:
         reader = csv.DictReader(f, strict=True)  # an unterminated quote is an error, not a swallowed file
+        try:
+            reader.fieldnames  # the header first, so line numbers below count from it
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise InputError(f"{path}:1", csv_problem(e)) from None
         while True:
             start = reader.line_num + 1  # first physical line of the next record
             try:

@@ -137,6 +137,10 @@ def csv_entries(path: Path) -> Iterator[tuple[str, str, object]]:
         raise InputError(str(path), "file not found") from None
     with f:
         reader = csv.DictReader(f, strict=True)  # an unterminated quote is an error, not a swallowed file
+        try:
+            reader.fieldnames  # the header first, so line numbers below count from it
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise InputError(f"{path}:1", csv_problem(e)) from None
         n = 0
         while True:
             start = reader.line_num + 1

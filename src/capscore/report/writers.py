@@ -158,7 +158,10 @@ class OutputLock:
         except ImportError:  # pragma: no cover - Windows
             return
         for _ in range(20):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise CapscoreError(f"--out {path}: cannot write in {path.parent} ({e.strerror or e})") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
