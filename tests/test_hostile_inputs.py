@@ -589,48 +589,49 @@ def _env():
             "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 
 
-def test_a_second_writer_of_the_same_output_is_refused(w, tmp_path):
-    """The lock is an OS lock: a second process (here: the test holds it) gets one line, writes nothing."""
+def test_a_second_writer_of_the_same_output_is_refused(w, tmp_path, capsys):
+    """The lock is an OS lock (flock on a separate open file, so it holds within one process too): while
+    another writer holds it, a plain run and a --resume both get one line and write nothing."""
     from capscore.report.writers import OutputLock
 
     out = tmp_path / "shared.jsonl"
     held = OutputLock(out)
     try:
         for extra in ([], ["--resume"]):
-            p = subprocess.run([sys.executable, "-m", "capscore.cli", "-q", *map(str, score(w, w["f"]["good.json"],
-                                *extra, out=out))], capture_output=True, text=True, env=_env(), timeout=300)
-            assert_one_error(p.returncode, p.stderr, str(out), "another capscore process")
+            code, _, err = run(score(w, w["f"]["good.json"], *extra, out=out), capsys)
+            assert_one_error(code, err, str(out), "another capscore process")
             assert not out.exists()
     finally:
         held.release()
     assert not Path(str(out) + ".lock").exists()
+    code, _, err = run(score(w, w["f"]["good.json"], out=out), capsys)  # released: the next run works
+    assert code == 0, err
 
 
-def test_two_processes_one_output_one_cache(w, tmp_path):
-    """Two processes at once on the same --out: exactly one writes it, the other is refused; two more share one
-    cache with different outputs: both finish and agree with a cache-less run."""
+def test_three_processes_two_on_one_output_all_on_one_cache(w, tmp_path):
+    """Real processes at once: two write the same --out (exactly one does, the other gets one line), a third
+    writes elsewhere through the same --cache-dir; every finished output equals a cache-less run, with no
+    duplicated or missing row."""
     caps = tmp_path / "many.jsonl"
     caps.write_text("".join(json.dumps({"image": f"im{i % 3}.png", "caption": f"caption number {i}"}) + "\n"
                             for i in range(60)))
     cache = tmp_path / "cache"
-    out = tmp_path / "same.jsonl"
-    cmd = lambda o, *x: [sys.executable, "-m", "capscore.cli", "-q", *map(str, score(  # noqa: E731
-        w, caps, "--cache-dir", cache, "--chunk-size", "1", "--batch-size", "1", *x, out=o))]
-    procs = [subprocess.Popen(cmd(out), stderr=subprocess.PIPE, text=True, env=_env()) for _ in range(2)]
-    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
-    assert sorted(c for c, _ in results) == [0, 2], results
-    refused = next(e for c, e in results if c == 2)
+    same, other = tmp_path / "same.jsonl", tmp_path / "other.jsonl"
+    cmd = lambda o: [sys.executable, "-m", "capscore.cli", "-q", *map(str, score(  # noqa: E731
+        w, caps, "--cache-dir", cache, "--chunk-size", "1", "--batch-size", "1", out=o))]
+    procs = [subprocess.Popen(cmd(o), stderr=subprocess.PIPE, text=True, env=_env()) for o in (same, same, other)]
+    results = [(p.wait(timeout=400), p.stderr.read()) for p in procs]
+    assert sorted(c for c, _ in results[:2]) == [0, 2] and results[2][0] == 0, results
+    refused = next(e for c, e in results[:2] if c == 2)
     # overlapping: the lock refuses; if the first had already finished: the finished output is not clobbered
-    line = assert_one_error(2, refused, str(out))
+    line = assert_one_error(2, refused, str(same))
     assert "another capscore process" in line or "already exists" in line
-    rows = read_jsonl(out)
-    assert [r["id"] for r in rows] == [str(i) for i in range(1, 61)]  # no duplicate, none lost
-    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    procs = [subprocess.Popen(cmd(o), stderr=subprocess.PIPE, text=True, env=_env()) for o in (a, b)]
-    assert [p.wait(timeout=300) for p in procs] == [0, 0], [p.stderr.read() for p in procs]
     ref = tmp_path / "ref.jsonl"
     with warnings.catch_warnings():
         assert main(["-q", *map(str, score(w, caps, "--no-cache", out=ref))]) == 0
     want = [r["score"] for r in read_jsonl(ref)]
-    for o in (a, b, out):
-        assert [r["score"] for r in read_jsonl(o)] == pytest.approx(want, abs=1e-6)
+    for o in (same, other):
+        rows = read_jsonl(o)
+        assert [r["id"] for r in rows] == [str(i) for i in range(1, 61)]  # no duplicate, none lost
+        assert [r["score"] for r in rows] == pytest.approx(want, abs=1e-6)
+    assert not Path(str(same) + ".lock").exists()
