@@ -606,6 +606,16 @@ def test_a_second_writer_of_the_same_output_is_refused(w, tmp_path, capsys):
     assert not Path(str(out) + ".lock").exists()
     code, _, err = run(score(w, w["f"]["good.json"], out=out), capsys)  # released: the next run works
     assert code == 0, err
+    run_dir = tmp_path / "train_run"
+    run_dir.mkdir()
+    held = OutputLock(run_dir / "log.jsonl")  # and two trainings into one folder
+    try:
+        code, _, err = run(["train", "contrastive", "--model", MODEL, "--data", "scenes:4", "--steps", "1",
+                            "--batch-size", "2", "--eval-scenes", "0", "--out", run_dir], capsys)
+        assert_one_error(code, err, "train_run/log.jsonl", "another capscore process")
+        assert not (run_dir / "checkpoints").exists()
+    finally:
+        held.release()
 
 
 def test_three_processes_two_on_one_output_all_on_one_cache(w, tmp_path):
@@ -635,3 +645,11 @@ def test_three_processes_two_on_one_output_all_on_one_cache(w, tmp_path):
         assert [r["id"] for r in rows] == [str(i) for i in range(1, 61)]  # no duplicate, none lost
         assert [r["score"] for r in rows] == pytest.approx(want, abs=1e-6)
     assert not Path(str(same) + ".lock").exists()
+
+
+def test_four_items_with_bootstrap_give_a_table_not_a_crash(w, capsys):
+    """Bootstrap resamples of 4 items are often constant; 1 - R² must then be undefined, not a ValueError."""
+    code, out, err = run(["correlate", "--scores", w["f"]["scores.jsonl"], "--human", w["f"]["scores.jsonl"]], capsys)
+    assert code == 0, err
+    row = next(ln for ln in out.splitlines() if ln.startswith("scores.jsonl:score"))
+    assert row.split()[2:7] == ["100.0", "100.0", "100.0", "100.0", "0.0"]  # identical scores: perfect agreement

@@ -217,6 +217,10 @@ def load_multilingual(
     if weight.shape[1] != hidden:
         raise CapscoreError(f"{proj_path}: projection takes {weight.shape[1]} inputs but the text encoder gives {hidden}")
 
+    try:
+        image_seed = int(cfg.get("image_seed", seed))
+    except (TypeError, ValueError):
+        raise CapscoreError(f"{cfg_path}: 'image_seed' must be an integer; got {cfg.get('image_seed')!r}") from None
     key = str(folder.resolve())
     if key in _LOADING:  # an image_spec that leads back here would recurse until Python gives up
         raise CapscoreError(f"{cfg_path}: image_spec {cfg['image_spec']!r} leads back to {folder} (a loop); "
@@ -224,7 +228,7 @@ def load_multilingual(
     _LOADING.add(key)
     try:
         image = load_backbone(_resolve_image_spec(cfg["image_spec"], folder), device="cpu", dtype="fp32",
-                              seed=int(cfg.get("image_seed", seed)), trust_remote_code=trust_remote_code)
+                              seed=image_seed, trust_remote_code=trust_remote_code)
     finally:
         _LOADING.discard(key)
     dims = {"projection": weight.shape[0], "image tower": image.embed_dim}

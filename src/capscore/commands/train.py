@@ -73,7 +73,14 @@ def run(args) -> int:
         evaluate = scene_evaluator(args.eval_scenes, languages=("en", *langs),
                                    perturbations=recipe.name == "prmcs")
     out = output_dir(args.out)
-    res = train(bb, make_step(recipe, params), examples, cfg, out, state=state, evaluate=evaluate, resume=args.resume)
+    from capscore.report.writers import OutputLock
+
+    lock = OutputLock(out / "log.jsonl")  # two runs training into one folder would interleave checkpoints
+    try:
+        res = train(bb, make_step(recipe, params), examples, cfg, out, state=state, evaluate=evaluate,
+                    resume=args.resume)
+    finally:
+        lock.release()
     path = export_model(bb, out / "model.safetensors")
     from dataclasses import asdict
 

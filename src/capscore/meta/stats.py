@@ -103,6 +103,8 @@ def _raw(kind: str, x: np.ndarray, y: np.ndarray) -> float:
         if kind == "spearman":
             return 100 * float(st.spearmanr(x, y).statistic)
         if kind == "one_minus_r2":
+            if np.ptp(x) == 0:  # a constant bootstrap resample: linregress raises instead of giving NaN
+                return float("nan")
             return 100 * (1 - float(st.linregress(x, y).rvalue) ** 2)
     raise unknown_name("statistic", kind, CORRELATIONS)
 
