@@ -43,7 +43,8 @@ def configure(p) -> None:
     p.add_argument("--id-column", default="id", help="id column of --scores and --human (default id)")
     p.add_argument("--stats", nargs="+", metavar="STAT",
                    help="statistics instead of the dataset's conventional ones (rating datasets): tau_b tau_c "
-                        "pearson spearman one_minus_r2 sample_tau_b sample_tau_c system:KIND by_lang:KIND")
+                        "pearson spearman one_minus_r2 (SPECS Table 2, unfitted, x1) one_minus_r2_fit sample_tau_b "
+                        "sample_tau_c system:KIND by_lang:KIND")
     p.add_argument("--ties", choices=("half", "loss"), help="pairs: a metric tie counts half or as a loss "
                                                            "(default: half for Pascal-50S, loss for FOIL)")
     p.add_argument("--ref-sample", type=non_negative_int, default=5, metavar="K",
@@ -154,7 +155,10 @@ def _columns(results) -> list[str]:
 
 
 def format_table(results) -> str:
-    """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100)."""
+    """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100; ×1 for
+    :data:`capscore.meta.stats.UNSCALED`)."""
+    from capscore.meta.stats import UNSCALED
+
     if not results:
         return "(no results)"
     cols = _columns(results)
@@ -164,19 +168,23 @@ def format_table(results) -> str:
         cells = [r.metric, r.backbone or "-"]
         for c in cols:
             s = r.get(c)
+            # SPECS Table 2's 1 − R² is x1 and unbounded (0.73 ... 3.3e7): 4 significant digits, not .1f
+            f = "{:.4g}" if c.rsplit(":", 1)[-1] in UNSCALED else "{:.1f}"
             if s is None:
                 cells.append("")
             elif s.ci is None:
-                cells.append(f"{s.value:.1f}")
+                cells.append(f.format(s.value))
             else:
-                cells.append(f"{s.value:.1f} [{s.ci[0]:.1f}, {s.ci[1]:.1f}]")
+                cells.append(f"{f.format(s.value)} [{f.format(s.ci[0])}, {f.format(s.ci[1])}]")
         cells.append(str(r.n))
         rows.append(cells)
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     r0 = results[0]
     boot = (f"95% bootstrap intervals over {r0.n_resamples} resamples" if r0.n_resamples else "no bootstrap")
-    lines = [f"{r0.dataset} ({r0.source}); statistics ×100, {boot}, seed {r0.seed}", fmt(head),
+    scale = "statistics ×100" + (" (one_minus_r2: ×1, as SPECS Table 2)" if any(
+        c.rsplit(":", 1)[-1] in UNSCALED for c in cols) else "")
+    lines = [f"{r0.dataset} ({r0.source}); {scale}, {boot}, seed {r0.seed}", fmt(head),
              fmt(["-" * w for w in widths])]
     lines += [fmt(c) for c in rows]
     skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
