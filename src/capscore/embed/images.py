@@ -117,15 +117,20 @@ class ImageRef:
             raise InputError(self.where(), f"cannot read image file ({e.strerror or e})") from None
         return "sha256:" + hashlib.sha256(data).hexdigest(), data
 
-    def decode(self, payload: bytes | Image.Image) -> Image.Image:
-        """Decode what :meth:`read` returned to RGB; InputError names the file if it is not a valid image."""
+    def decode(self, payload: bytes | Image.Image, *, convert_rgb: bool = True) -> Image.Image:
+        """Decode what :meth:`read` returned to RGB; InputError names the file if it is not a valid image.
+
+        ``convert_rgb=False`` keeps the file's own mode (palette ``P``, ``L``, ``RGBA`` ...) for
+        backbones whose preprocessing converts *after* resizing, as the clipscore/pacscore
+        reference scripts do (``Backbone.rgb_order == "after-crop"``).
+        """
         if isinstance(payload, Image.Image):
             return payload
         try:
             with Image.open(io.BytesIO(payload)) as im:
                 check_dimensions(im.size, self.where())  # from the header, before decoding
                 im.load()  # forces a full decode: truncated files fail here
-                return to_rgb(im, self.where())
+                return to_rgb(im, self.where()) if convert_rgb else im.copy()
         except Image.DecompressionBombError as e:
             raise InputError(self.where(), f"image is over the {MAX_PIXELS / 1e6:.1f} megapixel limit "
                                            f"(decompression-bomb guard: {e}); downscale it first") from None
@@ -133,7 +138,7 @@ class ImageRef:
             msg = "not an image file" if isinstance(e, UnidentifiedImageError) else f"unreadable or truncated image ({e})"
             raise InputError(self.where(), msg) from None
 
-    def load(self) -> tuple[str, Image.Image]:
+    def load(self, *, convert_rgb: bool = True) -> tuple[str, Image.Image]:
         """Read and decode: (content key, RGB image). Raises InputError naming the file."""
         key, payload = self.read()
-        return key, self.decode(payload)
+        return key, self.decode(payload, convert_rgb=convert_rgb)
