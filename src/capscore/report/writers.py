@@ -332,7 +332,8 @@ def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: boo
         raise CapscoreError(f"--out {path}: the folder {path.parent} is not writable")
     lock = OutputLock(path)
     try:
-        writer, prior = _open_locked(path, fmt, resume=resume, overwrite=overwrite, run=run, lock=lock)
+        writer, prior = _open_locked(path, fmt, resume=resume, overwrite=overwrite, run=run, lock=lock,
+                                     columns=columns)
     except BaseException:
         lock.release()
         raise
@@ -341,7 +342,8 @@ def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: boo
     return writer, prior
 
 
-def _open_locked(path: Path, fmt: str, *, resume: bool, overwrite: bool, run: dict | None, lock: OutputLock):
+def _open_locked(path: Path, fmt: str, *, resume: bool, overwrite: bool, run: dict | None, lock: OutputLock,
+                 columns: tuple):
     prior = existing_output(path)
     if prior is not None and not resume:
         if not overwrite:
