@@ -15,9 +15,9 @@ from capscore.report.writers import (
 )
 
 ROWS = [
-    {"id": "1", "image": "a.png", "caption": 'say "hi",\nthen go', "system": "s", "score": 0.125, "error": None},
-    {"id": "2", "image": "b.png", "caption": "é ünïcode", "system": "s", "score": None, "error": "b.png: not found"},
-    {"id": "3", "image": "c.png", "caption": "plain", "system": "t", "score": 1 / 3, "error": None},
+    {"id": "1", "image": "a.png", "caption": 'say "hi",\nthen go', "system": "s", "model": "m", "metric": "clip-s", "score": 0.125, "error": None},
+    {"id": "2", "image": "b.png", "caption": "é ünïcode", "system": "s", "model": "m", "metric": "clip-s", "score": None, "error": "b.png: not found"},
+    {"id": "3", "image": "c.png", "caption": "plain", "system": "t", "model": "m", "metric": "clip-s", "score": 1 / 3, "error": None},
 ]
 
 
@@ -29,8 +29,8 @@ def test_jsonl_prefix_stops_before_a_cut_or_broken_line():
 
 
 def test_csv_prefix_respects_quoted_newlines_and_column_count():
-    rec1 = b'1,a.png,"two\nlines",s,0.5,\n'
-    rec2 = b'2,b.png,"say ""x""",s,,err\n'
+    rec1 = b'1,a.png,"two\nlines",s,m,clip-s,0.5,\n'
+    rec2 = b'2,b.png,"say ""x""",s,m,clip-s,,err\n'
     data = rec1 + rec2
     assert complete_csv_prefix(data) == len(data)
     assert complete_csv_prefix(rec1 + b'2,b.png,"say ""x') == len(rec1)  # cut inside quotes

@@ -36,9 +36,19 @@ def _available() -> dict[str, object]:
     return mods
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with capscore's one-line error (no usage block): ``capscore: error: score: argument ...``."""
+
+    def error(self, message: str):
+        sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        self.exit(2, f"capscore: error: {sub}{' '.join(message.split())} (see {self.prog} -h)\n")
+
+
 def build_parser(mods: dict[str, object]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="capscore", description="Judge, probe and train CLIP-style caption metrics.")
+    parser = _Parser(prog="capscore", description="Judge, probe and train CLIP-style caption metrics.")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or warnings")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the Python traceback of an unexpected error (for bug reports)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, mod in mods.items():
         p = sub.add_parser(name, help=COMMANDS[name], description=COMMANDS[name])
@@ -53,7 +63,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     mods = _available()
     parser = build_parser(mods)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # -h, or a bad argument (already reported on one line)
+        return e.code if isinstance(e.code, int) else 2
     if not args.command:
         parser.print_help()
         return 2
@@ -63,11 +76,48 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(mods[args.command].run(args) or 0)
     except CapscoreError as e:
-        print(f"capscore: error: {e}", file=sys.stderr)
+        _traceback(args)
+        print(f"capscore: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("capscore: interrupted; results written so far are kept (re-run with --resume)", file=sys.stderr)
         return 130
+    except OSError as e:
+        _traceback(args)
+        if e.filename is None:  # no file to name: not something the user can act on
+            return _bug(e)
+        # a file the user named (or its folder) cannot be read or written: permissions, disk full, ...
+        what = e.strerror or type(e).__name__
+        print(f"capscore: error: {e.filename}: {what}", file=sys.stderr)
+        return 2
+    except RecursionError as e:  # e.g. a JSON file nested 100000 levels deep that no loader caught
+        _traceback(args)
+        print(f"capscore: error: input nested too deeply to read ({e})", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001  (the safety net: one line, never a traceback)
+        _traceback(args)
+        return _bug(e)
+
+
+def _traceback(args) -> None:
+    """Under --debug, the traceback goes before the one-line message."""
+    if getattr(args, "debug", False):
+        import traceback
+
+        traceback.print_exc()
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def _bug(e: BaseException) -> int:
+    msg = " ".join(str(e).split()) or "(no message)"
+    if len(msg) > 300:
+        msg = msg[:297] + "..."
+    print(f"capscore: error: {type(e).__name__}: {msg} (this is a bug in capscore; re-run with --debug for the "
+          "traceback and report it)", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

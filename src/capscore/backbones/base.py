@@ -28,6 +28,50 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return DTYPES[dtype]
 
 
+def available_devices() -> list[str]:
+    """The devices this machine can run on, as ``--device`` strings."""
+    found = ["cpu"]
+    if torch.cuda.is_available():
+        found += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return found
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``--device`` string -> torch.device, checked against what this machine has.
+
+    The one place every command's ``--device`` goes through (via ``load_backbone``
+    and :meth:`Backbone.to`): ``cuda`` on a machine without CUDA, ``cuda:3`` with
+    one GPU, or a name torch does not know fail with one line naming the device
+    and what is available, instead of a traceback deep inside the first forward.
+    """
+    from capscore.errors import CapscoreError
+
+    if isinstance(device, torch.device):
+        dev = device
+    else:
+        try:
+            dev = torch.device(str(device).strip().lower())
+        except (RuntimeError, ValueError):
+            dev = None
+        if dev is None or dev.type not in ("cpu", "cuda", "mps"):
+            raise CapscoreError(f"--device {device!r} is not a device name; available here: "
+                                f"{', '.join(available_devices())}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this PyTorch was built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise CapscoreError(f"--device {device}: CUDA is not available ({why}); available here: "
+                                f"{', '.join(available_devices())}")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise CapscoreError(f"--device {device}: there are {torch.cuda.device_count()} CUDA device(s); "
+                                f"available here: {', '.join(available_devices())}")
+    if dev.type == "mps" and "mps" not in available_devices():
+        raise CapscoreError(f"--device {device}: MPS is not available; available here: {', '.join(available_devices())}")
+    return dev
+
+
 def weights_hash(module: torch.nn.Module) -> str:
     """SHA-256 over every parameter and buffer (names, shapes, dtypes, bytes).
 
@@ -159,7 +203,7 @@ class Backbone(ABC):
 
     def to(self, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None) -> "Backbone":
         if device is not None:
-            self.device = torch.device(device)
+            self.device = resolve_device(device)
         if dtype is not None:
             self.dtype = resolve_dtype(dtype)
         self.model.to(device=self.device, dtype=self.dtype)

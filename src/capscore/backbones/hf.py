@@ -35,6 +35,8 @@ selection assumes.
 """
 from __future__ import annotations
 
+import pickle
+
 import json
 import contextlib
 import logging
@@ -200,6 +202,10 @@ def load_hf(
 
     name, local = _resolve(rest)
     offline = local or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+    if not local:
+        from capscore.backbones.offline import require_hf_repo
+
+        require_hf_repo(spec, name, ("config.json",))  # not cached and no network: one line, no retries
     kw = dict(local_files_only=offline, trust_remote_code=trust_remote_code)
     try:
         with quiet_transformers():
@@ -223,6 +229,10 @@ def load_hf(
             model = model_cls.from_pretrained(name, dtype=torch.float32, **kw)
             tokenizer = transformers.AutoTokenizer.from_pretrained(name, **kw)
             image_processor = transformers.AutoImageProcessor.from_pretrained(name, **kw)
+    except pickle.UnpicklingError:
+        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
+
+        raise pickle_refused(weights_files(name) if local else f"hf:{name}") from None
     except (OSError, ValueError, HfHubHTTPError) as e:
         raise CapscoreError(f"{name}: cannot load the model, tokenizer or image processor ({str(e).splitlines()[0][:160]})") from None
     if not (hasattr(model, "get_image_features") and hasattr(model, "get_text_features")):

@@ -27,6 +27,8 @@ against DIR when such a file exists there, so the folder can be moved whole.
 """
 from __future__ import annotations
 
+import pickle
+
 import json
 import logging
 import os
@@ -124,13 +126,17 @@ class MultilingualBackbone(Backbone):
         return self
 
 
+_LOADING: set[str] = set()  # mclip folders being loaded (detects an image_spec loop)
+
+
 def _resolve_image_spec(image_spec: str, folder: Path) -> str:
     head, sep, rest = image_spec.partition(":")
-    candidate = rest if sep and head == "ckpt" else image_spec
+    prefixed = bool(sep) and head in ("ckpt", "mclip")
+    candidate = rest if prefixed else image_spec
     path = Path(candidate.split("#")[0]).expanduser()
     if not path.is_absolute() and (folder / path).exists():
         resolved = str(folder / candidate)
-        return f"ckpt:{resolved}" if sep and head == "ckpt" else resolved
+        return f"{head}:{resolved}" if prefixed else resolved
     return image_spec
 
 
@@ -192,6 +198,10 @@ def load_multilingual(
                 str(folder), dtype=torch.float32, output_loading_info=True, **kw
             )
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), **kw)
+    except pickle.UnpicklingError:
+        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
+
+        raise pickle_refused(weights_files(folder)) from None
     except (OSError, ValueError) as e:
         raise CapscoreError(f"{folder}: cannot load the text encoder or tokenizer ({str(e).splitlines()[0][:160]})") from None
     # Weights absent from the folder are randomly initialised by transformers on every load.
@@ -207,8 +217,20 @@ def load_multilingual(
     if weight.shape[1] != hidden:
         raise CapscoreError(f"{proj_path}: projection takes {weight.shape[1]} inputs but the text encoder gives {hidden}")
 
-    image = load_backbone(_resolve_image_spec(cfg["image_spec"], folder), device="cpu", dtype="fp32",
-                          seed=int(cfg.get("image_seed", seed)), trust_remote_code=trust_remote_code)
+    try:
+        image_seed = int(cfg.get("image_seed", seed))
+    except (TypeError, ValueError):
+        raise CapscoreError(f"{cfg_path}: 'image_seed' must be an integer; got {cfg.get('image_seed')!r}") from None
+    key = str(folder.resolve())
+    if key in _LOADING:  # an image_spec that leads back here would recurse until Python gives up
+        raise CapscoreError(f"{cfg_path}: image_spec {cfg['image_spec']!r} leads back to {folder} (a loop); "
+                            "it must name a CLIP image tower, e.g. ViT-B-32/openai")
+    _LOADING.add(key)
+    try:
+        image = load_backbone(_resolve_image_spec(cfg["image_spec"], folder), device="cpu", dtype="fp32",
+                              seed=image_seed, trust_remote_code=trust_remote_code)
+    finally:
+        _LOADING.discard(key)
     dims = {"projection": weight.shape[0], "image tower": image.embed_dim}
     if "embed_dim" in cfg:
         dims[CONFIG_NAME] = int(cfg["embed_dim"])

@@ -114,6 +114,20 @@ def _first_line(e: BaseException) -> str:
     return text[0][:120] if text else type(e).__name__
 
 
+def pickle_refused(path: str | Path) -> CapscoreError:
+    """The one message for a weights file holding Python objects (refused, never executed)."""
+    return CapscoreError(
+        f"{path}: holds pickled Python objects besides tensors; capscore loads checkpoints only with "
+        "torch.load(weights_only=True) — re-save just the state dict (or use .safetensors)"
+    )
+
+
+def weights_files(folder: str | Path) -> str:
+    """The pickle-format weight files of a model folder, for naming them in an error."""
+    found = sorted(Path(folder).expanduser().glob("*.bin")) + sorted(Path(folder).expanduser().glob("*.pt*"))
+    return ", ".join(str(f) for f in found) or str(folder)
+
+
 def _torch_load(p: Path):
     import warnings
 
@@ -124,10 +138,7 @@ def _torch_load(p: Path):
     except pickle.UnpicklingError as e:
         msg = str(e)
         if "Weights only load failed" in msg or "weights_only" in msg:
-            raise CapscoreError(
-                f"{p}: holds pickled Python objects besides tensors; capscore loads checkpoints only with "
-                "torch.load(weights_only=True) — re-save just the state dict (or use .safetensors)"
-            ) from None
+            raise pickle_refused(p) from None
         raise CapscoreError(f"{p}: not a PyTorch checkpoint ({_first_line(e)})") from None
     except RuntimeError as e:
         if "TorchScript" in str(e):

@@ -10,6 +10,7 @@ real token ever attends to a pad; pooling reads the end-of-text position).
 """
 from __future__ import annotations
 
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import torch
 from PIL import Image
 
 from capscore._log import warn
+from capscore.errors import CapscoreError
 from capscore.backbones.base import Backbone, resolve_dtype
 
 CONFIG_DIR = Path(__file__).parent / "configs"
@@ -188,6 +190,16 @@ def load_open_clip(
     root.setLevel(logging.ERROR)  # open_clip logs 'No pretrained weights...' on the root logger; we warned already
     try:
         model, preprocess = _seeded_create(arch, pretrained=tag, seed=seed)
+    except pickle.UnpicklingError:  # torch.load(weights_only=True) refused Python objects in the file
+        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
+
+        raise pickle_refused(tag or weights_files(arch.split(":", 1)[1]) if arch.startswith("local-dir:")
+                             else tag or arch) from None
+    except RuntimeError as e:
+        if "state_dict" not in str(e) and "size mismatch" not in str(e):
+            raise
+        raise CapscoreError(f"{tag or arch}: the weights do not fit the {arch} architecture "
+                            f"({' '.join(str(e).split())[:160]})") from None
     finally:
         root.setLevel(level)
     tokenizer = open_clip.get_tokenizer(arch)

@@ -76,6 +76,10 @@ def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False
     from capscore.backbones.openclip import load_open_clip  # also registers capscore's configs
 
     if rest.startswith(("hf-hub:", "local-dir:")):
+        if rest.startswith("hf-hub:"):
+            from capscore.backbones.offline import require_hf_repo
+
+            require_hf_repo(spec, rest[len("hf-hub:"):], ("open_clip_config.json",))  # fail fast offline
         return load_open_clip(rest, "schema", spec=spec, **opts)  # open_clip resolves the weights
     arch, _, tag = rest.partition("/")
     known = open_clip.list_models()
@@ -86,6 +90,10 @@ def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False
         if tag not in tags and not Path(tag).expanduser().is_file():
             hint = unknown_name(f"pretrained tag for {arch}", tag, tags)
             raise CapscoreError(f"{hint} (or give a path to a weights file)")
+        if tag in tags:
+            from capscore.backbones.offline import require_open_clip_weights
+
+            require_open_clip_weights(spec, arch, tag)  # not cached and no network: one line, no minute of retries
     return load_open_clip(arch, tag or None, spec=spec, **opts)
 
 
@@ -129,6 +137,11 @@ def load_backbone(
     ``rgb_order="after-crop"`` converts images to RGB after resize + crop, as the clipscore and
     pacscore reference scripts do (see :class:`~capscore.backbones.base.Backbone`); default ``"first"``.
     """
+
+    from capscore.backbones.base import resolve_device, resolve_dtype
+
+    resolve_device(device)  # fail before loading any weights
+    resolve_dtype(dtype)
     adapter, rest = parse_model_spec(spec)
     opts = dict(spec=spec, device=device, dtype=dtype, seed=seed, context_length=context_length)
     if adapter.prefix in ("hf", "mclip"):

@@ -16,6 +16,7 @@ See docs/meta.md.
 """
 from __future__ import annotations
 
+from capscore.commands._args import output_dir, refuse_input_as_output, non_negative_int, positive_int
 import csv
 import json
 import sys
@@ -50,11 +51,11 @@ def configure(p) -> None:
                         "sample_tau_c system:KIND by_lang:KIND")
     p.add_argument("--ties", choices=("half", "loss"), help="pairs: a metric tie counts half or as a loss "
                                                            "(default: half for Pascal-50S, loss for FOIL)")
-    p.add_argument("--ref-sample", type=int, default=5, metavar="K",
+    p.add_argument("--ref-sample", type=non_negative_int, default=5, metavar="K",
                    help="Pascal-50S: references drawn per pair for reference-based metrics (default 5; 0 = all 48)")
-    p.add_argument("--ref-draws", type=int, default=5, metavar="N", help="Pascal-50S: draws averaged (default 5)")
-    p.add_argument("--scenes", type=int, default=60, metavar="N", help="scenes-oracle: number of scenes")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N",
+    p.add_argument("--ref-draws", type=positive_int, default=5, metavar="N", help="Pascal-50S: draws averaged (default 5)")
+    p.add_argument("--scenes", type=positive_int, default=60, metavar="N", help="scenes-oracle: number of scenes")
+    p.add_argument("--bootstrap", type=non_negative_int, default=1000, metavar="N",
                    help="bootstrap resamples for 95%% intervals (default 1000; 0 = none)")
     p.add_argument("--seed", type=int, default=0, help="seed: ties, reference draws, bootstrap, random init")
     p.add_argument("--out", metavar="DIR", help="write correlate.json and correlate.csv here")
@@ -70,7 +71,7 @@ def configure(p) -> None:
                    help="video rating datasets, reference-based metrics: reference counts (default 1 9)")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="default fp32")
-    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="encoder batch size (default 64)")
+    p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore)")
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
@@ -97,6 +98,11 @@ def run(args) -> int:
         raise CapscoreError("--videos, --frames, --idf and --n-refs apply to the video datasets only "
                             f"({', '.join(VIDEO_DATASETS)})")
 
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CapscoreError(f"--out {args.out}: is an existing file; --out names a folder (correlate.json, .csv)")
+    if args.export_items:
+        refuse_input_as_output(args.export_items, {"--path": args.path, "--coco-captions": args.coco_captions},
+                               "--export-items")
     if args.bootstrap < 0 or args.batch_size < 1 or args.ref_draws < 1 or args.ref_sample < 0:
         raise CapscoreError("--bootstrap, --ref-sample must be >= 0 and --batch-size, --ref-draws >= 1")
     if args.export_items:
@@ -143,6 +149,10 @@ def _score_and_correlate(args, ds, common):
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
+        from capscore.commands.score import warn_metric_fit
+
+        for name in args.metric:
+            warn_metric_fit(name, backbone)
         encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size, cache=cache,
                                progress=not getattr(args, "quiet", False))
         for m in metrics:
@@ -205,8 +215,7 @@ def format_table(results) -> str:
 
 
 def write_results(results, out) -> tuple[Path, Path]:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = output_dir(out)
     json_path, csv_path = out / "correlate.json", out / "correlate.csv"
     with open(json_path, "w", encoding="utf-8") as f:
         json.dump({"results": [r.as_dict() for r in results]}, f, indent=2, default=str)

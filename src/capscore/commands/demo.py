@@ -9,6 +9,7 @@ the same options give the same numbers.
 """
 from __future__ import annotations
 
+from capscore.commands._args import output_dir, positive_int
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ DEMO_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucin
 
 def configure(p) -> None:
     p.add_argument("--out", default="capscore-demo", metavar="DIR", help="output folder (default capscore-demo/)")
-    p.add_argument("--n", type=int, default=60, help="number of scenes (default 60)")
+    p.add_argument("--n", type=positive_int, default=60, help="number of scenes (default 60)")
     p.add_argument("--seed", type=int, default=7, help="scene seed (default 7)")
     p.add_argument("--model", default="scenes-tiny", help="backbone (default: the bundled scenes-tiny)")
 
@@ -75,8 +76,10 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
 
     if n < 2:
         raise CapscoreError(f"--n must be >= 2; got {n}")
+    if out.exists() and not out.is_dir():
+        raise CapscoreError(f"--out {out}: is an existing file; --out names the demo's output folder")
     backbone = load_backbone(model)  # before touching --out: a bad --model leaves nothing behind
-    out.mkdir(parents=True, exist_ok=True)
+    output_dir(out)
     (out / "images").mkdir(exist_ok=True)
     scenes = generate_scenes(n, seed=seed, split="all")
     records, meta = build_records(scenes, out / "images", seed=seed)

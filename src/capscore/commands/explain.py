@@ -6,6 +6,7 @@ refinement. The K best patches (ABE's top-K) are outlined.
 """
 from __future__ import annotations
 
+from capscore.commands._args import positive_int
 from pathlib import Path
 
 COLOR_RANGE = (-1.0, 1.0)  # fixed, so two maps (words, images, models) share one colour scale
@@ -20,7 +21,7 @@ def configure(p) -> None:
     p.add_argument("--word", required=True, help="a word of the caption")
     p.add_argument("--out", required=True, help="PNG file to write")
     p.add_argument("--refined", action="store_true", help="use the refined token t' (ABE semantic refinement)")
-    p.add_argument("--k", type=int, default=5, help="number of best patches to outline (ABE's K; default 5)")
+    p.add_argument("--k", type=positive_int, default=5, help="number of best patches to outline (ABE's K; default 5)")
     p.add_argument("--pool", default=None, help="concept pool file for --refined (default: bundled pool)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--seed", type=int, default=0, help="seed for random-init architectures")

@@ -1,6 +1,7 @@
 """``capscore probe``: run one probe suite on one or more models; per-item rows + a summary table."""
 from __future__ import annotations
 
+from capscore.commands._args import output_dir, non_negative_int, positive_int, probability
 import json
 import re
 import sys
@@ -37,7 +38,7 @@ def configure(p) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="per-item rows (default jsonl)")
     p.add_argument("--seed", type=int, default=0, help="perturbation / sampling seed, and random-init seed")
-    p.add_argument("--p", type=float, default=0.4,
+    p.add_argument("--p", type=probability, default=0.4,
                    help="perturb: per-word draw rate, P(random() > threshold) in PR-MCS Alg. 1 (default 0.4)")
     p.add_argument("--removal", default="keep-drawn", choices=("keep-drawn", "drop-drawn"),
                    help="perturb: removal keeps the drawn words (PR-MCS Alg. 1, default) or deletes them (§5.2 prose)")
@@ -52,8 +53,8 @@ def configure(p) -> None:
     p.add_argument("--mask", default="[MASK]", help="perturb: mask token (default [MASK])")
     p.add_argument("--kinds", default="repetition,removal,masking,jumble,substitution",
                    help="perturb: comma-separated perturbations")
-    p.add_argument("--min-group-count", type=int, default=25, help="ARO macro: smallest group kept (default 25)")
-    p.add_argument("--n-scenes", type=int, default=64, help="scenes-*: number of generated scenes (default 64)")
+    p.add_argument("--min-group-count", type=non_negative_int, default=25, help="ARO macro: smallest group kept (default 25)")
+    p.add_argument("--n-scenes", type=positive_int, default=64, help="scenes-*: number of generated scenes (default 64)")
     p.add_argument("--split", default="test", help="retrieval: Karpathy split of --data (default test)")
     p.add_argument("--captions-per-image", default="5", metavar="N|all",
                    help="retrieval: first N captions of each image (default 5, the 5K/1K-test protocol) or all")
@@ -63,7 +64,7 @@ def configure(p) -> None:
                    help="zeroshot: class names (.txt one per line in sorted-label order, .json {label: name}, "
                         "or imagenet); default: the labels")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
     _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
 
@@ -147,6 +148,8 @@ def run(args) -> int:
 
     if args.batch_size < 1:
         raise CapscoreError(f"--batch-size must be a positive integer; got {args.batch_size}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CapscoreError(f"--out {args.out}: is an existing file; --out names the output folder")
     if args.suite in DATA_SUITES + ("scenes-retrieval", "scenes-zeroshot") and args.scorer != "cosine":
         raise CapscoreError(f"--suite {args.suite} ranks by the embeddings' cosine only; got --scorer {args.scorer}")
     if args.suite != "retrieval" and (args.split != "test" or args.captions_per_image != "5"):
@@ -160,8 +163,6 @@ def run(args) -> int:
     if abe and args.scorer != "abe":
         raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --scorer abe only")
     scorer = get_pair_scorer(args.scorer, **abe)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, seed=args.seed)
@@ -191,6 +192,7 @@ def run(args) -> int:
         else:
             res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
                               text_only=args.suite == "sugarcrepe++", **common)
+        out = output_dir(args.out)  # after the first model loaded: a bad --model or --device leaves no folder
         _write_rows(out / f"{_safe(args.suite)}__{_safe(spec)}.{args.format}", res)
         results.append(res)
     summary = [{"suite": r.suite, "model": r.model, "identity": r.identity, "scorer": r.scorer, "seed": r.seed,

@@ -1,6 +1,7 @@
 """``capscore scenes``: generate synthetic scenes, train and evaluate scenes-tiny (see docs/scenes.md)."""
 from __future__ import annotations
 
+from capscore.commands._args import output_dir, output_file, non_negative_int, positive_float, positive_int
 import json
 import shlex
 import sys
@@ -12,10 +13,10 @@ from capscore.errors import CapscoreError
 def configure(p) -> None:
     sub = p.add_subparsers(dest="scenes_command", metavar="ACTION", required=True)
     g = sub.add_parser("generate", help="write scenes as PNG files plus a JSONL of captions and ground truth")
-    g.add_argument("--n", type=int, default=16, help="number of scenes (default 16)")
+    g.add_argument("--n", type=positive_int, default=16, help="number of scenes (default 16)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--split", default="all", choices=("train", "heldout", "all"))
-    g.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
+    g.add_argument("--size", type=positive_int, default=64, help="image side in pixels (default 64)")
     g.add_argument("--out", required=True, metavar="DIR")
     g.add_argument("--videos", action="store_true",
                    help="write moving-object clips as .mp4 files (videos/) with graded motion captions and their "
@@ -27,19 +28,19 @@ def configure(p) -> None:
 
     t = sub.add_parser("train", help="train scenes-tiny from scratch (CLIP loss + hard negatives)")
     t.add_argument("--out", required=True, metavar="PATH", help="weights file (.safetensors, fp16)")
-    t.add_argument("--steps", type=int, default=600)
-    t.add_argument("--batch-size", type=int, default=128)
+    t.add_argument("--steps", type=positive_int, default=600)
+    t.add_argument("--batch-size", type=positive_int, default=128)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--lr", type=float, default=1e-3)
-    t.add_argument("--warmup", type=int, default=50)
-    t.add_argument("--log-every", type=int, default=50)
-    t.add_argument("--save-every", type=int, default=250, help="also save every N steps (0: only at the end)")
-    t.add_argument("--threads", type=int, default=2)
-    t.add_argument("--eval-scenes", type=int, default=300, help="scenes per evaluation set at the end (0: none)")
+    t.add_argument("--lr", type=positive_float, default=1e-3)
+    t.add_argument("--warmup", type=non_negative_int, default=50)
+    t.add_argument("--log-every", type=positive_int, default=50)
+    t.add_argument("--save-every", type=non_negative_int, default=250, help="also save every N steps (0: only at the end)")
+    t.add_argument("--threads", type=positive_int, default=2)
+    t.add_argument("--eval-scenes", type=non_negative_int, default=300, help="scenes per evaluation set at the end (0: none)")
 
     e = sub.add_parser("eval", help="evaluate a model on held-out scenes (flips, retrieval; seen vs unseen)")
     e.add_argument("--model", default="scenes-tiny", help="backbone spec (default scenes-tiny)")
-    e.add_argument("--n", type=int, default=300, help="scenes per set (default 300)")
+    e.add_argument("--n", type=positive_int, default=300, help="scenes per set (default 300)")
     e.add_argument("--seed", type=int, default=None, help="evaluation seed (default 12345)")
     e.add_argument("--prefix", default="", help="text prepended to every caption (default none)")
     e.add_argument("--out", metavar="FILE", help="also write the results as JSON")
@@ -50,7 +51,7 @@ def _generate(args) -> int:
 
     if args.n < 1:
         raise CapscoreError(f"--n must be >= 1; got {args.n}")
-    out = Path(args.out)
+    out = output_dir(args.out)
     video_opts = {"frames": args.frames, "fps": args.fps, "codec": args.codec}
     if not args.videos and any(v is not None for v in video_opts.values()):
         raise CapscoreError("--frames, --fps and --codec apply to --videos only")
@@ -87,6 +88,7 @@ def _train(args) -> int:
     out = Path(args.out)
     if out.suffix != ".safetensors":
         raise CapscoreError(f"--out must end in .safetensors; got {args.out!r}")
+    out = output_file(out)
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
                       warmup=min(args.warmup, args.steps), log_every=args.log_every, save_every=args.save_every,
                       threads=args.threads)
@@ -99,6 +101,8 @@ def _eval(args) -> int:
     from capscore.backbones import load_backbone
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, format_report
 
+    if args.out:
+        output_file(args.out)  # a folder or an unwritable place fails now, not after the evaluation
     res = evaluate_scenes(load_backbone(args.model), n=args.n, seed=EVAL_SEED if args.seed is None else args.seed,
                           prefix=args.prefix)
     print(format_report(res))

@@ -8,6 +8,7 @@ keeps a running :class:`~capscore.scores.scorer.Summary`. See docs/score.md.
 """
 from __future__ import annotations
 
+from capscore.commands._args import positive_int
 import itertools
 import json
 import math
@@ -17,6 +18,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from capscore.commands import _shards
+from capscore.commands._args import refuse_input_as_output
+from capscore._log import warn
 from capscore.errors import CapscoreError, InputError
 
 METRIC_CHOICES = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs", "abe")
@@ -53,8 +56,8 @@ def configure(p) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="default fp32")
-    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="encoder batch size (default 64)")
-    p.add_argument("--chunk-size", type=int, default=2048, metavar="N",
+    p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
+    p.add_argument("--chunk-size", type=positive_int, default=2048, metavar="N",
                    help="captions scored and written per chunk (default 2048)")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore "
@@ -68,7 +71,7 @@ def configure(p) -> None:
     from capscore.commands.probe import add_abe_arguments
 
     add_abe_arguments(p)
-    p.add_argument("--context-length", type=int, metavar="N",
+    p.add_argument("--context-length", type=positive_int, metavar="N",
                    help="text context: 248 stretches a 77-token CLIP tower with LongCLIP's knowledge-preserved "
                         "rule; smaller values truncate (default: the model's own)")
     _shards.add_arguments(p)  # --webdataset/--parquet/--hf-dataset and --engine ray (issue 15)
@@ -102,6 +105,7 @@ def run(args) -> int:
     out = Path(args.out)
     if args.engine != "ray":  # --engine ray writes a folder of per-shard files
         output_format(out)
+    refuse_input_as_output(out, {"--captions": args.captions, "--refs": args.refs, "--images": args.images})
     metric, default_prefix = _metric(args.metric)
     from capscore.commands.probe import abe_options
 
@@ -135,12 +139,41 @@ def run(args) -> int:
                              context_length=args.context_length,
                              trust_remote_code=args.trust_remote_code,
                              rgb_order=getattr(args, "rgb_order", "first"))  # before touching --out
-    writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite)
+    warn_metric_fit(args.metric, backbone)
+    writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite,
+                                run={"model": args.model, "metric": args.metric})
     try:
         return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows, source)
     finally:
         if writer is not None:
             writer.close(complete=False)  # no-op after a successful close
+            if prior is None and writer.rows_written == 0 and summary_path(out).exists():
+                _drop_running_summary(summary_path(out))
+
+
+def _drop_running_summary(spath: Path) -> None:
+    """A first run that failed before writing a row leaves neither output nor summary behind."""
+    try:
+        if json.loads(spath.read_text(encoding="utf-8")).get("status") == "running":
+            spath.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def warn_metric_fit(metric: str, backbone) -> None:
+    """Warn (once, by name) when a metric is computed on weights it was not made for.
+
+    MCS (PR-MCS) is CLIP-S over a *multilingual* text encoder (``mclip:``);
+    PAC-S/RefPAC-S use w = 2.0, calibrated for the PAC-S fine-tuned weights
+    (recognised by 'pac' in the model name). The numbers are still computed.
+    """
+    spec = getattr(backbone, "spec", "?")
+    if metric == "mcs" and getattr(backbone, "family", "") != "mclip":
+        warn(f"--metric mcs expects a multilingual backbone (mclip:DIR); {spec} is not one, so these are "
+             "monolingual CLIP-S scores without the prefix")
+    elif metric in ("pac-s", "refpac-s") and "pac" not in spec.lower():
+        warn(f"--metric {metric} uses w=2.0, calibrated for PAC-S weights; {spec} does not look like a PAC-S "
+             "checkpoint ('pac' not in its name), so the scale is not PAC-S's")
 
 
 def _metric(name: str):
@@ -188,7 +221,8 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows, s
     bar = None if quiet else _progress(args.captions or [])
     resumed = 0
     if prior is not None:
-        items, resumed = _skip_done(items, read_rows(prior), summary, prior)
+        items, resumed = _skip_done(items, read_rows(prior), summary, prior,
+                                    {"model": args.model, "metric": args.metric})
         if bar is not None:
             bar.update(resumed)
     scored = 0
@@ -207,6 +241,8 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows, s
             raise fatal
     if bar is not None:
         bar.close()
+    if scored == 0 and resumed == 0:
+        raise CapscoreError(f"no captions in {', '.join(args.captions)}; nothing to score")
     if writer is not None:
         writer.close(complete=True)
     elapsed = time.perf_counter() - t0
@@ -236,7 +272,8 @@ def _check_same_run(spath: Path, config: dict) -> None:
                                 "use the same settings, or --overwrite to start again")
 
 
-def _skip_done(items: Iterator, rows: Iterable[dict], summary, prior: Path) -> tuple[Iterator, int]:
+def _skip_done(items: Iterator, rows: Iterable[dict], summary, prior: Path,
+               run: dict | None = None) -> tuple[Iterator, int]:
     """Match the rows already written, in order, against the inputs; returns (remaining items, count).
 
     Rows are written in input order, so the first N items are done exactly when
@@ -248,6 +285,10 @@ def _skip_done(items: Iterator, rows: Iterable[dict], summary, prior: Path) -> t
         if item is None:
             raise CapscoreError(f"--resume: {prior} has more rows than the inputs have captions (row {n}); "
                                 "the inputs changed — use --overwrite to start again")
+        for key, now in (run or {}).items():  # the rows say what scored them: never mix models or metrics
+            if row.get(key) != now:
+                raise CapscoreError(f"--resume: row {n} of {prior} was scored with {key} {row.get(key)!r}, and this "
+                                    f"run asks for {now!r}; use the same --{key}, or --overwrite to start again")
         if (str(row["system"]), str(row["id"])) != (item.system, item.id):
             raise CapscoreError(f"--resume: row {n} of {prior} is {row['system']}/{row['id']} but input item {n} "
                                 f"is {item.system}/{item.id}; the inputs changed — use --overwrite to start again")

@@ -1,6 +1,7 @@
 """``capscore train RECIPE``: fine-tune a metric backbone (see docs/train.md)."""
 from __future__ import annotations
 
+from capscore.commands._args import non_negative_float, non_negative_int, positive_float, positive_int
 
 def configure(p) -> None:
     from capscore.train.recipes import RECIPES
@@ -10,25 +11,25 @@ def configure(p) -> None:
     p.add_argument("--data", default="scenes:512",
                    help="'scenes:N' (synthetic scenes, built in) or a JSONL file (fields in docs/train.md)")
     p.add_argument("--out", required=True, help="output folder: model.safetensors, MODEL_CARD.md, log.jsonl, checkpoints/")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=None,
+    p.add_argument("--steps", type=positive_int, default=100)
+    p.add_argument("--batch-size", type=positive_int, default=None,
                    help="examples per micro-batch (default: the recipe's paper value, else 32)")
-    p.add_argument("--accum", type=int, default=None,
+    p.add_argument("--accum", type=positive_int, default=None,
                    help="gradient accumulation, micro-batches per step (default: the recipe's paper value, else 1)")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's paper value)")
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--weight-decay", type=float, default=None,
+    p.add_argument("--lr", type=positive_float, default=None, help="peak learning rate (default: the recipe's paper value)")
+    p.add_argument("--warmup", type=non_negative_int, default=10)
+    p.add_argument("--weight-decay", type=non_negative_float, default=None,
                    help="AdamW weight decay (default: the recipe's paper value, else 0.1)")
     p.add_argument("--betas", default=None, metavar="B1,B2",
                    help="AdamW betas (default: the recipe's paper value, else 0.9,0.98)")
-    p.add_argument("--eps", type=float, default=None, help="AdamW epsilon (default: the recipe's, else 1e-6)")
-    p.add_argument("--grad-clip", type=float, default=None)
+    p.add_argument("--eps", type=positive_float, default=None, help="AdamW epsilon (default: the recipe's, else 1e-6)")
+    p.add_argument("--grad-clip", type=positive_float, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (always before and after)")
-    p.add_argument("--eval-scenes", type=int, default=48, help="held-out scenes for evaluation (0: none)")
+    p.add_argument("--eval-every", type=non_negative_int, default=0, help="evaluate every N steps (always before and after)")
+    p.add_argument("--eval-scenes", type=non_negative_int, default=48, help="held-out scenes for evaluation (0: none)")
     p.add_argument("--languages", default="de,fr,es,ja", help="prmcs: student languages (scenes data)")
-    p.add_argument("--ckpt-every", type=int, default=0, help="checkpoint every N steps (always at the end)")
+    p.add_argument("--ckpt-every", type=non_negative_int, default=0, help="checkpoint every N steps (always at the end)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe parameter (repeatable)")
     p.add_argument("--tensorboard", action="store_true", help="also log to OUT/tensorboard (needs tensorboard)")
@@ -72,7 +73,11 @@ def run(args) -> int:
     from capscore.train.loop import TrainConfig, train
     from capscore.train.recipes import get_recipe, make_step, resolve_params
 
+    from capscore.commands._args import output_dir
+
     recipe = get_recipe(args.recipe)
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise CapscoreError(f"--out {args.out}: is an existing file; --out names the output folder")
     sets = {}
     for s in args.set:
         key, eq, value = s.partition("=")
@@ -106,8 +111,15 @@ def run(args) -> int:
     if args.eval_scenes:
         evaluate = scene_evaluator(args.eval_scenes, languages=("en", *langs),
                                    perturbations=recipe.name == "prmcs")
-    out = Path(args.out)
-    res = train(bb, make_step(recipe, params), examples, cfg, out, state=state, evaluate=evaluate, resume=args.resume)
+    out = output_dir(args.out)
+    from capscore.report.writers import OutputLock
+
+    lock = OutputLock(out / "log.jsonl")  # two runs training into one folder would interleave checkpoints
+    try:
+        res = train(bb, make_step(recipe, params), examples, cfg, out, state=state, evaluate=evaluate,
+                    resume=args.resume)
+    finally:
+        lock.release()
     path = export_model(bb, out / "model.safetensors")
     from dataclasses import asdict
 

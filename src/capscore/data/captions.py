@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capscore.data.records import Record
-from capscore.data.jsonl import iter_jsonl
+from capscore.data.jsonl import csv_problem, iter_jsonl, json_problem
 from capscore.errors import InputError, short_repr
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".webp", ".bmp", ".gif")
@@ -122,6 +122,7 @@ def load_refs(path: str | os.PathLike) -> dict[str, tuple[str, ...]]:
     ``image`` (or ``id``) and ``refs`` (JSONL: a list; CSV: a JSON list or a single string)."""
     path = Path(path).expanduser()
     out: dict[str, tuple[str, ...]] = {}
+    _check_not_empty(path, "references")
     if path.suffix.lower() == ".json":
         data = _load_json_dict(path, "{image_id: [reference, ...]}")
         for key, value in data.items():
@@ -148,7 +149,7 @@ def _as_refs(value, *, csv_cell: bool = False) -> tuple[str, ...] | None:
     if csv_cell and isinstance(value, str) and value.lstrip().startswith("["):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # malformed, a 5000-digit number, nested too deep
             return None
     if isinstance(value, str):
         return (value,)
@@ -174,6 +175,7 @@ def read_captions(
     path = Path(path).expanduser()
     system = path.stem if system is None else system
     suffix = path.suffix.lower()
+    _check_not_empty(path, "captions")
     if suffix == ".json":
         return _read_json_captions(path, images, refs, system)
     _check_suffix(path, "--captions")
@@ -247,6 +249,15 @@ def _read_row_captions(path, images, refs, system) -> Iterator[Item]:
 
 
 # ------------------------------------------------------------------------------------ file readers
+def _check_not_empty(path: Path, what: str) -> None:
+    try:
+        empty = path.is_file() and path.stat().st_size == 0
+    except OSError:
+        return  # reported by the reader, with the reason
+    if empty:
+        raise InputError(str(path), f"the {what} file is empty (0 bytes)")
+
+
 def _check_suffix(path: Path, option: str) -> None:
     if path.suffix.lower() not in CAPTION_FORMATS:
         raise InputError(str(path), f"unsupported {option} format {path.suffix or '(no suffix)'!r}",
@@ -279,6 +290,8 @@ def _load_json_dict(path: Path, expected: str, *, pairs: bool = False):
                              expected=expected) from None
         except UnicodeDecodeError:
             raise InputError(str(path), "not UTF-8 text", expected=expected) from None
+        except (RecursionError, ValueError) as e:  # nested too deep; an integer over Python's 4300 digits
+            raise InputError(str(path), f"unreadable JSON ({json_problem(e)})", expected=expected) from None
     if not isinstance(data, _Pairs):
         raise InputError(str(path), "wrong JSON shape", expected=expected, got=type(data).__name__)
     if pairs:
@@ -299,7 +312,7 @@ def _rows(path: Path, *, required: tuple[str, ...]) -> Iterator[tuple[str, dict 
     """
     f = _open_text(path)
     if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(f)
+        reader = csv.DictReader(f, strict=True)  # strict: an unterminated quote is an error, not a swallowed file
         try:
             header = reader.fieldnames or []
         except (csv.Error, UnicodeDecodeError) as e:
@@ -324,7 +337,7 @@ def _csv_rows(f, reader, path):
                 return
             except (csv.Error, UnicodeDecodeError) as e:
                 # fatal even with --skip-bad: the reader cannot resync, and the rest of the file must not vanish
-                raise InputError(f"{path}:{line}", f"malformed CSV ({e})") from None
+                raise InputError(f"{path}:{line}", csv_problem(e)) from None
             if None in row or any(v is None for v in row.values()):
                 yield f"{path}:{line}", f"malformed CSV row: {len(reader.fieldnames)} fields expected"
                 continue

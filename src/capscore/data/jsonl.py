@@ -16,6 +16,23 @@ from pathlib import Path
 from capscore.errors import InputError, short_repr
 
 
+def json_problem(e: BaseException) -> str:
+    """One line for what ``json`` raises besides JSONDecodeError on hostile input."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    text = str(e)
+    if "integer string conversion" in text:
+        return "a number with more than 4300 digits"
+    return text.splitlines()[0][:120] if text else type(e).__name__
+
+
+def csv_problem(e: BaseException) -> str:
+    """One line for a csv.Error from a strict reader, naming the usual cause."""
+    if "end of data" in str(e):
+        return "unterminated quoted field: its opening quote is on this line and no closing quote follows"
+    return f"malformed CSV ({' '.join(str(e).split())})"
+
+
 def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[str, dict | str]]:
     """Yield ``("FILE:LINE", row)`` per object line; with ``strict=False`` a bad line yields its message."""
     try:
@@ -36,6 +53,8 @@ def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[str, 
                 problem = None if isinstance(row, dict) else f"a JSONL line must be an object; got {short_repr(row)}"
             except json.JSONDecodeError as e:
                 problem = f"malformed JSON line ({e.msg}, column {e.colno})"
+            except (RecursionError, ValueError) as e:
+                problem = f"unreadable JSON line ({json_problem(e)})"
             if problem is None:
                 yield where, row
             elif strict:

@@ -111,6 +111,7 @@ class Encoder:
         self.workers = max(1, workers)
         self.progress = progress
         self.stats = EncoderStats()
+        self._warned_truncation = False
         self._features = MemoryCache(max_items=4096)  # patch/token features
 
     # ---------------------------------------------------------------- texts
@@ -128,10 +129,13 @@ class Encoder:
             out.append(row)
         if newly:
             self.stats.truncated += newly
-            warn(
-                f"{newly} caption(s) longer than the {bb.context_length}-token context of {bb.spec} were "
-                "truncated (end-of-text token kept); use a longer-context backbone (e.g. LongCLIP, 248) to avoid it"
-            )
+            if not self._warned_truncation:  # once per run (per encoder), not once per chunk; the total is in stats
+                self._warned_truncation = True
+                warn(
+                    f"captions longer than the {bb.context_length}-token context of {bb.spec} are truncated "
+                    "(end-of-text token kept; the count is in the run's summary); use a longer-context backbone "
+                    "(e.g. LongCLIP, 248) to avoid it"
+                )
         return out
 
     def _batches(self, ids: list[list[int]], size: int):

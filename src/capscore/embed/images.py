@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +11,66 @@ from PIL import Image, UnidentifiedImageError
 
 from capscore.errors import InputError
 
+# Images over PIL's limit are refused by check_dimensions with a one-line error naming the file;
+# PIL's own warning for them would only be a second, redundant line.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+
 ImageInput = "str | Path | Image.Image | ImageRef"
+
+#: Largest image accepted, in pixels (PIL's own decompression-bomb threshold, ~89.5 MP). Checked from the
+#: file header before anything is decoded, so a 48 KB PNG claiming 20000x20000 costs nothing.
+MAX_PIXELS = 89_478_485
+#: Largest accepted ratio of the long side to the short side. CLIP preprocessing resizes the *short* side
+#: to the model's input size (e.g. 224) before cropping, so a 1x100000 strip would be blown up to
+#: 224x22.4M pixels; 50:1 keeps that intermediate image below ~2.5 MP.
+MAX_ASPECT = 50
+
+
+def check_dimensions(size: tuple[int, int], where: str) -> None:
+    """Refuse images over :data:`MAX_PIXELS` or :data:`MAX_ASPECT` (an :class:`InputError` naming the file)."""
+    w, h = size
+    if w < 1 or h < 1:
+        raise InputError(where, f"image has no pixels ({w}x{h})")
+    if w * h > MAX_PIXELS:
+        raise InputError(where, f"image is {w}x{h} = {w * h / 1e6:.0f} megapixels, over the {MAX_PIXELS / 1e6:.1f} megapixel "
+                                "limit (decompression-bomb guard); downscale it first")
+    if max(w, h) > MAX_ASPECT * min(w, h):
+        raise InputError(where, f"image is {w}x{h}, an aspect ratio over {MAX_ASPECT}:1 (resizing its short side "
+                                "would blow it up in memory); crop or pad it first")
+
+
+def to_rgb(im: Image.Image, where: str = "<image>") -> Image.Image:
+    """Convert to 8-bit RGB *by value range*, not by truncation.
+
+    PIL's ``convert("RGB")`` clips 16-bit and 32-bit integer images at 255 and
+    float images likewise, so a 16-bit grayscale PNG would come out almost white.
+    Rules: 16-bit integer modes (``I;16*``, and ``I`` with values in [0, 65535])
+    are divided by 257 (65535 -> 255); float images (``F``) with values in
+    [0, 1] are multiplied by 255, those in [0, 255] are kept; anything else
+    (negative, NaN, larger) is refused rather than guessed.
+    """
+    if im.mode in ("RGB",):
+        return im
+    if im.mode.startswith("I;16") or im.mode in ("I", "F"):
+        import numpy as np
+
+        a = np.asarray(im, dtype=np.float64)
+        if not np.isfinite(a).all():
+            raise InputError(where, f"{im.mode}-mode image contains NaN or infinite values")
+        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+        if im.mode == "F" and lo >= 0 and hi <= 1:
+            a = a * 255.0
+        elif im.mode == "F" and lo >= 0 and hi <= 255:
+            pass
+        elif im.mode != "F" and lo >= 0 and hi <= 65535:
+            a = a / 257.0
+        else:
+            kind = "float" if im.mode == "F" else "integer"
+            want = "[0, 1] or [0, 255]" if im.mode == "F" else "[0, 65535]"
+            raise InputError(where, f"{kind} image values span [{lo:g}, {hi:g}]; expected {want}")
+        gray = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), mode="L")
+        return gray.convert("RGB")
+    return im.convert("RGB")
 
 
 @dataclass(frozen=True)
@@ -49,7 +109,7 @@ class ImageRef:
         cache can be consulted before paying for a decode.
         """
         if self.image is not None:
-            im = self.image.convert("RGB")
+            im = to_rgb(self.image, self.where())
             h = hashlib.sha256(f"{im.size}".encode())
             h.update(im.tobytes())
             return "px:" + h.hexdigest(), im
@@ -74,8 +134,12 @@ class ImageRef:
             return payload
         try:
             with Image.open(io.BytesIO(payload)) as im:
+                check_dimensions(im.size, self.where())  # from the header, before decoding
                 im.load()  # forces a full decode: truncated files fail here
-                return im.convert("RGB") if convert_rgb else im.copy()
+                return to_rgb(im, self.where()) if convert_rgb else im.copy()
+        except Image.DecompressionBombError as e:
+            raise InputError(self.where(), f"image is over the {MAX_PIXELS / 1e6:.1f} megapixel limit "
+                                           f"(decompression-bomb guard: {e}); downscale it first") from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             msg = "not an image file" if isinstance(e, UnidentifiedImageError) else f"unreadable or truncated image ({e})"
             raise InputError(self.where(), msg) from None

@@ -49,7 +49,7 @@ import numpy as np
 
 from capscore.data.records import Record
 from capscore.embed.images import ImageRef
-from capscore.data.jsonl import iter_jsonl
+from capscore.data.jsonl import csv_problem, iter_jsonl, json_problem
 from capscore.errors import CapscoreError, InputError, unknown_name
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -124,7 +124,7 @@ def _path(p, what: str) -> Path:
 
 def _load_json(path: Path):
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}", f"malformed JSON ({e.msg}, column {e.colno})") from None
@@ -132,6 +132,8 @@ def _load_json(path: Path):
         raise InputError(str(path), "not UTF-8 text") from None
     except OSError as e:
         raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
+    except (RecursionError, ValueError) as e:  # nested too deep; an integer over Python's 4300 digits
+        raise InputError(str(path), f"unreadable JSON ({json_problem(e)})") from None
 
 
 def read_rows(path: Path) -> Iterator[tuple[str, dict]]:
@@ -152,19 +154,27 @@ def read_rows(path: Path) -> Iterator[tuple[str, dict]]:
         yield from iter_jsonl(path)
         return
     try:
-        f = open(path, encoding="utf-8", newline="")
+        f = open(path, encoding="utf-8-sig", newline="")  # -sig: a BOM (Excel) is accepted, as by `score`
     except OSError as e:
         raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
     with f:
-        reader = csv.DictReader(f)
+        reader = csv.DictReader(f, strict=True)  # an unterminated quote is an error, not a swallowed file
         try:
-            for row in reader:
-                where = f"{path}:{reader.line_num}"
-                if None in row or any(v is None for v in row.values()):
-                    raise InputError(where, f"malformed CSV row: {len(reader.fieldnames)} fields expected")
-                yield where, row
+            reader.fieldnames  # the header first, so line numbers below count from it
         except (csv.Error, UnicodeDecodeError) as e:
-            raise InputError(f"{path}:{reader.line_num}", f"malformed CSV ({e})") from None
+            raise InputError(f"{path}:1", csv_problem(e)) from None
+        while True:
+            start = reader.line_num + 1  # first physical line of the next record
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except (csv.Error, UnicodeDecodeError) as e:
+                raise InputError(f"{path}:{start}", csv_problem(e)) from None
+            where = f"{path}:{reader.line_num}"
+            if None in row or any(v is None for v in row.values()):
+                raise InputError(where, f"malformed CSV row: {len(reader.fieldnames)} fields expected")
+            yield where, row
 
 
 def _pick(row: Mapping, names: Sequence[str]):
@@ -184,14 +194,22 @@ def _number(value, where: str, what: str) -> float:
     """A human score -> float (NaN stays NaN: the caller counts and skips it)."""
     if isinstance(value, bool):
         raise InputError(where, f"{what} must be a number", got=value)
+    number = None
     if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
         try:
-            return float(value)
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
+            raise InputError(where, f"{what} is too large", got=value) from None
+    elif isinstance(value, str):
+        try:
+            number = float(value)
         except ValueError:
             pass
-    raise InputError(where, f"{what} must be a number", got=value)
+    if number is None:
+        raise InputError(where, f"{what} must be a number", got=value)
+    if math.isinf(number):  # float('9' * 5000) is inf: never let it through as a score
+        raise InputError(where, f"{what} is infinite or too large", got=value)
+    return number
 
 
 def _refs(value, where: str) -> tuple[str, ...]:
@@ -201,10 +219,10 @@ def _refs(value, where: str) -> tuple[str, ...]:
     if isinstance(value, str) and value.lstrip().startswith("["):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             try:
                 value = ast.literal_eval(value)  # literals only: never executes code
-            except (ValueError, SyntaxError):
+            except (ValueError, SyntaxError, RecursionError, MemoryError):
                 raise InputError(where, "'refs' is not a readable list", got=value) from None
     if isinstance(value, str):
         value = [value]

@@ -122,6 +122,8 @@ def _raw(kind: str, x: np.ndarray, y: np.ndarray) -> float:
         if kind == "one_minus_r2":
             return unfitted_one_minus_r2(x, y)
         if kind == "one_minus_r2_fit":
+            if np.ptp(x) == 0:  # a constant bootstrap resample: linregress raises instead of giving NaN
+                return float("nan")
             return 100 * (1 - float(st.linregress(x, y).rvalue) ** 2)
     raise unknown_name("statistic", kind, CORRELATIONS)
 

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from capscore.data.jsonl import csv_problem, json_problem
 from capscore.embed.images import ImageRef
 from capscore.errors import InputError, unknown_name
 
@@ -99,8 +100,9 @@ def json_entries(path: Path) -> Iterator[tuple[str, str, object]]:
             else:
                 key = str(n)
             value, pos = dec.raw_decode(text, pos)
-        except (ValueError, IndexError) as e:
-            raise InputError(line_of(start), f"malformed JSON ({getattr(e, 'msg', e)})") from None
+        except (ValueError, IndexError, RecursionError) as e:
+            what = getattr(e, "msg", None) or json_problem(e)
+            raise InputError(line_of(start), f"malformed JSON ({what})") from None
         yield line_of(start), str(key), value
         n += 1
         pos = _ws(text, pos)
@@ -122,14 +124,34 @@ def jsonl_entries(path: Path) -> Iterator[tuple[str, str, object]]:
                 value = json.loads(line)
             except json.JSONDecodeError as e:
                 raise InputError(f"{path}:{i}", f"malformed JSON line ({e.msg})") from None
+            except (RecursionError, ValueError) as e:
+                raise InputError(f"{path}:{i}", f"unreadable JSON line ({json_problem(e)})") from None
             yield f"{path}:{i}", str(n), value
             n += 1
 
 
 def csv_entries(path: Path) -> Iterator[tuple[str, str, object]]:
-    with open(path, encoding="utf-8", newline="") as f:
-        for n, row in enumerate(csv.DictReader(f)):
-            yield f"{path}:{n + 2}", str(n), row
+    try:
+        f = open(path, encoding="utf-8-sig", newline="")
+    except FileNotFoundError:
+        raise InputError(str(path), "file not found") from None
+    with f:
+        reader = csv.DictReader(f, strict=True)  # an unterminated quote is an error, not a swallowed file
+        try:
+            reader.fieldnames  # the header first, so line numbers below count from it
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise InputError(f"{path}:1", csv_problem(e)) from None
+        n = 0
+        while True:
+            start = reader.line_num + 1
+            try:
+                row = next(reader)
+            except StopIteration:
+                return
+            except (csv.Error, UnicodeDecodeError) as e:
+                raise InputError(f"{path}:{start}", csv_problem(e)) from None
+            yield f"{path}:{start}", str(n), row
+            n += 1
 
 
 def entries(path: Path) -> Iterator[tuple[str, str, object]]:

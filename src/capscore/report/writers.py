@@ -11,6 +11,8 @@ it finished; at most the last line can be cut short.
   with a newline outside quotes (an even number of ``"`` so far) and has all
   columns; anything after the last complete record is cut off when resuming.
   ``score``/``error`` cells are empty for "none".
+* One writer per output: a second process writing or resuming the same file
+  gets an error at once (an ``fcntl.flock`` on ``OUT.lock``, removed when done).
 * Parquet cannot be appended to, and a half-written file is unreadable. Rows
   go to a journal ``OUT.parquet.partial.jsonl`` (the JSONL rules above); when
   the run finishes, the journal is converted to ``OUT.parquet`` (written to a
@@ -29,11 +31,13 @@ from pathlib import Path
 
 from capscore.errors import CapscoreError, InputError
 
-COLUMNS = ("id", "image", "caption", "system", "score", "error")
+#: ``model`` and ``metric`` record in every row what produced its score, so ``--resume`` can refuse to
+#: mix metrics or models even when the summary file next to the output was lost.
+COLUMNS = ("id", "image", "caption", "system", "model", "metric", "score", "error")
 # `capscore score --videos`: the final score and its parts (EMScore/PAC-S coarse, fine P/R/F, reference side)
 VIDEO_COLUMNS = ("id", "video", "caption", "system", "score", "coarse", "fine_p", "fine_r", "fine_f",
                  "ref_coarse", "ref_fine_f", "error")
-TEXT_COLUMNS = frozenset(("id", "image", "video", "caption", "system", "error"))  # the rest are numbers
+TEXT_COLUMNS = frozenset(("id", "image", "video", "caption", "system", "model", "metric", "error"))  # the rest are numbers
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
 
@@ -143,14 +147,71 @@ def read_rows(path: str | os.PathLike, columns: tuple = COLUMNS) -> Iterator[dic
 
 
 # ------------------------------------------------------------------------------ writers
-class RowWriter:
-    """Append rows to ``path``; ``close()`` finishes the file. Use :func:`open_writer`."""
+class OutputLock:
+    """An exclusive, non-blocking OS lock on ``OUT.lock`` for as long as one process writes ``OUT``.
 
-    def __init__(self, path: Path, fmt: str, *, existing: bool, columns: tuple = COLUMNS):
+    ``fcntl.flock`` is released by the kernel when the process dies (kill -9
+    included), so a stale lock file never blocks a later ``--resume``. The
+    file is removed on release; a process that opened the old file just before
+    it was removed notices (the path no longer names the file it locked) and
+    tries again. Where ``fcntl`` does not exist (Windows) there is no lock.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path.with_name(path.name + ".lock")
+        self._fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - Windows
+            return
+        for _ in range(20):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise CapscoreError(f"--out {path}: cannot write in {path.parent} ({e.strerror or e})") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                raise CapscoreError(f"{path} is being written by another capscore process (it holds {self.path}); "
+                                    "wait for it to finish, then --resume if needed") from None
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self._fd = fd
+                return
+            os.close(fd)  # the holder removed it between our open and our lock: take the new one
+        raise CapscoreError(f"{path}: could not take the lock {self.path}")
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        os.close(self._fd)  # closing drops the flock
+        self._fd = None
+
+
+class RowWriter:
+    """Append rows to ``path``; ``close()`` finishes the file. Use :func:`open_writer`.
+
+    ``run`` fills the ``model`` and ``metric`` columns of rows that do not carry them.
+    """
+
+    def __init__(self, path: Path, fmt: str, *, existing: bool, columns: tuple = COLUMNS,
+                 run: dict | None = None, lock: "OutputLock | None" = None):
         self.path = path
         self.columns = columns
         self.format = fmt
+        self.run = dict(run or {})
         self.file_path = journal_path(path) if fmt == "parquet" else path
+        self._lock = lock
+        self._existing = existing
+        self.rows_written = 0
         self._f = open(self.file_path, "a", encoding="utf-8", newline="")
         self._csv = csv.writer(self._f, lineterminator="\n") if fmt == "csv" else None
         if self._csv is not None and not existing:
@@ -160,6 +221,8 @@ class RowWriter:
     def write(self, rows: Iterable[dict]) -> None:
         """Append rows and flush them to disk (call once per chunk)."""
         for row in rows:
+            row = {**{c: self.run.get(c) for c in ("model", "metric")}, **row}
+            self.rows_written += 1
             score = row["score"]
             if score is not None and not math.isfinite(score):
                 raise ValueError(f"non-finite score in row {row['id']!r}")  # a bug, never user input
@@ -174,13 +237,23 @@ class RowWriter:
         os.fsync(self._f.fileno())
 
     def close(self, *, complete: bool = True) -> None:
-        """Close; for Parquet and ``complete``, convert the journal and delete it."""
+        """Close; for Parquet and ``complete``, convert the journal and delete it.
+
+        An incomplete run that wrote no row into a file it created removes the
+        file again: a failed first run leaves no empty or header-only output.
+        """
         if self._f.closed:
             return
         self._f.close()
-        if self.format == "parquet" and complete:
-            _journal_to_parquet(self.file_path, self.path, columns=self.columns)
-            self.file_path.unlink()
+        try:
+            if self.format == "parquet" and complete:
+                _journal_to_parquet(self.file_path, self.path, columns=self.columns)
+                self.file_path.unlink()
+            elif not complete and not self._existing and self.rows_written == 0:
+                self.file_path.unlink(missing_ok=True)
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self):
         return self
@@ -238,7 +311,7 @@ def repair(path: Path, columns: tuple = COLUMNS) -> int:
 
 
 def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False,
-                columns: tuple = COLUMNS) -> tuple[RowWriter | None, Path | None]:
+                run: dict | None = None, columns: tuple = COLUMNS) -> tuple[RowWriter | None, Path | None]:
     """Prepare ``path`` for writing; returns ``(writer, file with earlier rows or None)``.
 
     Without ``resume``, an existing non-empty output is refused unless
@@ -249,6 +322,28 @@ def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: boo
     """
     path = Path(path)
     fmt = output_format(path)
+    if path.is_dir():
+        raise CapscoreError(f"--out {path} is a folder; give a .jsonl, .csv or .parquet file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CapscoreError(f"--out {path}: cannot create its folder ({e.strerror or e})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise CapscoreError(f"--out {path}: the folder {path.parent} is not writable")
+    lock = OutputLock(path)
+    try:
+        writer, prior = _open_locked(path, fmt, resume=resume, overwrite=overwrite, run=run, lock=lock,
+                                     columns=columns)
+    except BaseException:
+        lock.release()
+        raise
+    if writer is None:
+        lock.release()
+    return writer, prior
+
+
+def _open_locked(path: Path, fmt: str, *, resume: bool, overwrite: bool, run: dict | None, lock: OutputLock,
+                 columns: tuple):
     prior = existing_output(path)
     if prior is not None and not resume:
         if not overwrite:
@@ -265,4 +360,4 @@ def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: boo
         repair(prior, columns)
         if prior.suffix.lower() == ".csv" and prior.stat().st_size == 0:
             prior = None  # even the header was cut short: start again
-    return RowWriter(path, fmt, existing=prior is not None, columns=columns), prior
+    return RowWriter(path, fmt, existing=prior is not None, columns=columns, run=run, lock=lock), prior

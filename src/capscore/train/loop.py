@@ -198,6 +198,26 @@ def load_checkpoint(d: Path, backbone, optimizer, scaler, cfg: TrainConfig) -> t
     return int(info["step"]), info["state"]
 
 
+def _log_lines_until(log_path: Path, step: int) -> list[str]:
+    """The complete lines of ``log.jsonl`` up to ``step``; a line cut short by a kill (the last one) is dropped."""
+    keep = []
+    lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for n, ln in enumerate(lines, 1):
+        if not ln.strip():
+            continue
+        try:
+            entry = json.loads(ln)
+            entry_step = int(entry["step"])
+        except (ValueError, KeyError, TypeError, RecursionError):
+            if n == len(lines):
+                break  # half-written by the interrupted run: the step is logged again
+            raise CapscoreError(f"{log_path}:{n}: not a training log line; expected a JSON object with 'step'") \
+                from None
+        if entry_step <= step:
+            keep.append(ln)
+    return keep
+
+
 # ----------------------------------------------------------------------------- the loop
 def train(
     backbone: Backbone,
@@ -233,8 +253,7 @@ def train(
         start, state = load_checkpoint(last, backbone, optimizer, scaler, cfg)
         result.state = state
         if main and log_path.exists():  # drop lines written after that checkpoint: the log equals an uninterrupted run
-            keep = [ln for ln in log_path.read_text().splitlines() if json.loads(ln)["step"] <= start]
-            log_path.write_text("".join(ln + "\n" for ln in keep))
+            log_path.write_text("".join(ln + "\n" for ln in _log_lines_until(log_path, start)))
     elif main:
         out.mkdir(parents=True, exist_ok=True)
         log_path.write_text("")
