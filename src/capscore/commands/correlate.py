@@ -22,6 +22,7 @@ import json
 import sys
 from pathlib import Path
 
+from capscore.commands import _shards
 from capscore.errors import CapscoreError
 
 
@@ -74,6 +75,7 @@ def configure(p) -> None:
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore)")
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
+    _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
 
 
 def _load(args):
@@ -137,7 +139,8 @@ def run(args) -> int:
 def _score_and_correlate(args, ds, common):
     from capscore.backbones import load_backbone
     from capscore.embed.cache import EmbeddingCache
-    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.embed.engine import MemoryCache
+    from capscore.engines.ray import make_encoder
     from capscore.meta.evaluate import evaluate
     from capscore.scores.clipscore import get_metric
 
@@ -150,7 +153,8 @@ def _score_and_correlate(args, ds, common):
 
         for name in args.metric:
             warn_metric_fit(name, backbone)
-        encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=not getattr(args, "quiet", False))
+        encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size, cache=cache,
+                               progress=not getattr(args, "quiet", False))
         for m in metrics:
             results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
                                     ref_sample=args.ref_sample or None, ref_draws=args.ref_draws,

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+from capscore.commands import _shards
 from capscore.errors import CapscoreError, unknown_name
 
 FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
@@ -65,6 +66,7 @@ def configure(p) -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
+    _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
 
 
 def add_abe_arguments(p) -> None:
@@ -140,7 +142,7 @@ def _load_inputs(args):
 
 def run(args) -> int:
     from capscore.backbones import load_backbone
-    from capscore.embed.engine import Encoder
+    from capscore.engines.ray import make_encoder
     from capscore.probes import run as R
     from capscore.scores.pairs import get_pair_scorer
 
@@ -164,7 +166,8 @@ def run(args) -> int:
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, seed=args.seed)
-        encoder = Encoder(backbone, batch_size=args.batch_size, cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
+        encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size,
+                               cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
         common = dict(scorer=scorer, scorer_name=args.scorer, source=str(args.data or ""))
         if kind == "scenes":
             res = inputs(encoder, args=args, **common)

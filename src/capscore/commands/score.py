@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from capscore.commands import _shards
 from capscore.commands._args import refuse_input_as_output
 from capscore._log import warn
 from capscore.errors import CapscoreError, InputError
@@ -39,7 +40,7 @@ def configure(p) -> None:
                    help="--videos: frames scored per video: uniform:N, fps:R, every:K or all (default uniform:10)")
     p.add_argument("--idf", action="store_true",
                    help="--videos, EMScore-family metrics: idf token weights from the references (else the captions)")
-    p.add_argument("--captions", required=True, nargs="+", metavar="FILE",
+    p.add_argument("--captions", nargs="+", metavar="FILE",
                    help="captions: JSON {image_id: caption}, or JSONL/CSV with image, caption[, refs, id, system]; "
                         "several files = several systems (named by file stem)")
     p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]} (or JSONL/CSV image, refs)")
@@ -73,6 +74,7 @@ def configure(p) -> None:
     p.add_argument("--context-length", type=positive_int, metavar="N",
                    help="text context: 248 stretches a 77-token CLIP tower with LongCLIP's knowledge-preserved "
                         "rule; smaller values truncate (default: the model's own)")
+    _shards.add_arguments(p)  # --webdataset/--parquet/--hf-dataset and --engine ray (issue 15)
 
 
 def summary_path(out: Path) -> Path:
@@ -88,8 +90,9 @@ def run(args) -> int:
         from capscore.commands.score_videos import run_videos
 
         return run_videos(args)
-    if not args.images:
-        raise CapscoreError("give --images DIR|MANIFEST (or --videos DIR|MANIFEST)")
+    if not (args.images or args.webdataset or args.parquet or args.hf_dataset):
+        raise CapscoreError("give --images DIR|MANIFEST (or --videos DIR|MANIFEST, or --webdataset, --parquet, "
+                            "--hf-dataset)")
     if args.metric not in METRIC_CHOICES:
         raise CapscoreError(f"--metric {args.metric} scores videos; use it with --videos")
     if getattr(args, "frames", None) or getattr(args, "idf", False):
@@ -100,7 +103,8 @@ def run(args) -> int:
     if args.resume and args.overwrite:
         raise CapscoreError("--resume and --overwrite contradict each other; choose one")
     out = Path(args.out)
-    output_format(out)
+    if args.engine != "ray":  # --engine ray writes a folder of per-shard files
+        output_format(out)
     refuse_input_as_output(out, {"--captions": args.captions, "--refs": args.refs, "--images": args.images})
     metric, default_prefix = _metric(args.metric)
     from capscore.commands.probe import abe_options
@@ -111,15 +115,25 @@ def run(args) -> int:
     prefix = default_prefix if args.prefix is None else args.prefix
 
     # inputs: whole-file problems surface here, before any model is loaded
-    images = index_images(args.images)
-    refs = load_refs(args.refs) if args.refs else None
-    stems = [Path(c).stem for c in args.captions]
-    dup = next((s for s in stems if stems.count(s) > 1), None)
-    if dup is not None:
-        raise CapscoreError(f"two --captions files are named {dup!r}; the file stem names the system, "
-                            "so rename one")
-    streams = [read_captions(c, images=images, refs=refs) for c in args.captions]
-    items: Iterator = itertools.chain.from_iterable(streams)
+    source = _shards.source_from_args(args)
+    if source is not None and args.engine == "ray":
+        from capscore.engines.ray import run_score
+
+        return run_score(args, source, metric=metric, prefix=prefix)
+    if source is not None:
+        items: Iterator = source.items()
+    else:
+        if not (args.images and args.captions):
+            raise CapscoreError("give --images and --captions, or one of --webdataset, --parquet, --hf-dataset")
+        images = index_images(args.images)
+        refs = load_refs(args.refs) if args.refs else None
+        stems = [Path(c).stem for c in args.captions]
+        dup = next((s for s in stems if stems.count(s) > 1), None)
+        if dup is not None:
+            raise CapscoreError(f"two --captions files are named {dup!r}; the file stem names the system, "
+                                "so rename one")
+        streams = [read_captions(c, images=images, refs=refs) for c in args.captions]
+        items = itertools.chain.from_iterable(streams)
 
     backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                              context_length=args.context_length,
@@ -129,7 +143,7 @@ def run(args) -> int:
     writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite,
                                 run={"model": args.model, "metric": args.metric})
     try:
-        return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows)
+        return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows, source)
     finally:
         if writer is not None:
             writer.close(complete=False)  # no-op after a successful close
@@ -172,7 +186,7 @@ def _metric(name: str):
     return spec, spec.default_prefix
 
 
-def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -> int:
+def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows, source=None) -> int:
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import Encoder, MemoryCache
     from capscore.scores.scorer import Summary
@@ -180,9 +194,13 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -
     quiet = getattr(args, "quiet", False)
     config = {
         "model": args.model, "backbone": backbone.identity, "metric": args.metric, "prefix": prefix,
-        "images": _abs(args.images), "captions": [_abs(c) for c in args.captions],
-        "refs": _abs(args.refs) if args.refs else None, "dtype": args.dtype,
+        "dtype": args.dtype,
     }
+    if source is None:
+        config.update(images=_abs(args.images), captions=[_abs(c) for c in args.captions],
+                      refs=_abs(args.refs) if args.refs else None)
+    else:
+        config.update(source.describe())
     if metric is None:  # ABE-CLIP: its configuration decides the numbers
         from capscore.scores.abe import make_config
 
@@ -200,7 +218,7 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -
 
     summary = Summary(metric=args.metric)
     t0 = time.perf_counter()
-    bar = None if quiet else _progress(args.captions)
+    bar = None if quiet else _progress(args.captions or [])
     resumed = 0
     if prior is not None:
         items, resumed = _skip_done(items, read_rows(prior), summary, prior,
@@ -369,7 +387,7 @@ def _abe_chunk_scorer(prefix: str, **abe_options):
 def _progress(captions):
     from tqdm.auto import tqdm
 
-    total = 0
+    total = 0 if captions else None
     for c in captions:
         p = Path(c)
         if p.suffix.lower() not in (".jsonl", ".csv"):

@@ -275,17 +275,8 @@ class Encoder:
             # Decode + preprocess in worker threads (PIL and torchvision release the GIL).
             pixels = self._map(lambda i, payload: bb.preprocess(self._decode(refs[i], payload)), misses, failed)
             todo = [(i, px) for (i, _), px in zip(misses, pixels) if px is not None]
-            with torch.inference_mode():
-                for b in range(0, len(todo), self.image_batch_size):
-                    part = todo[b : b + self.image_batch_size]
-                    px = torch.stack([t for _, t in part])
-                    g, _ = bb.forward_images(px.to(bb.device, bb.dtype))
-                    g = F.normalize(g.float(), dim=-1).cpu().numpy()
-                    new = [(keys[i], g[j]) for j, (i, _) in enumerate(part)]
-                    self.cache.put_many(new)
-                    for j, (i, _) in enumerate(part):
-                        got[i] = g[j]
-                    self.stats.images_encoded += len(part)
+            vecs = self._forward_pixels([keys[i] for i, _ in todo], [px for _, px in todo])
+            got.update((i, v) for (i, _), v in zip(todo, vecs))
             if bar:
                 bar.update(len(idx))
         if bar:
@@ -297,6 +288,36 @@ class Encoder:
                 out[i] = torch.from_numpy(got[u])
             else:
                 errors[i] = failed[u]
+        return out
+
+    def encode_pixels(self, content_keys: Sequence[str], pixels: Sequence[torch.Tensor]) -> None:
+        """Encode images decoded and preprocessed elsewhere into the cache; nothing is returned.
+
+        ``content_keys`` are what :meth:`ImageRef.read` returns for each image
+        (the SHA-256 of its bytes) and ``pixels`` its ``backbone.preprocess``
+        output. Engines that decode in other processes (the Ray engine's CPU
+        tasks) call this first; the :meth:`encode_images` that follows then
+        finds every vector in the cache and decodes nothing, so the metric code
+        and its error handling stay the ones of the single-process engine.
+        """
+        bb = self.backbone
+        uniq = dict(zip((cache_key(bb.identity, "image", k) for k in content_keys), pixels))
+        found = self.cache.get_many(list(uniq))
+        todo = [(k, px) for k, px in uniq.items() if k not in found]
+        self._forward_pixels([k for k, _ in todo], [px for _, px in todo])
+
+    def _forward_pixels(self, keys: list[bytes], pixels: list[torch.Tensor]) -> list[np.ndarray]:
+        """Preprocessed images -> normalised vectors, batch by batch, each batch committed to the cache."""
+        bb = self.backbone
+        out: list[np.ndarray] = []
+        with torch.inference_mode():
+            for b in range(0, len(pixels), self.image_batch_size):
+                px = torch.stack(list(pixels[b : b + self.image_batch_size]))
+                g, _ = bb.forward_images(px.to(bb.device, bb.dtype))
+                g = F.normalize(g.float(), dim=-1).cpu().numpy()
+                self.cache.put_many(zip(keys[b : b + len(px)], g))
+                out.extend(g)
+                self.stats.images_encoded += len(px)
         return out
 
     def encode_videos(self, videos: Sequence, *, sampling=None,

@@ -75,11 +75,13 @@ def to_rgb(im: Image.Image, where: str = "<image>") -> Image.Image:
 
 @dataclass(frozen=True)
 class ImageRef:
-    """An image to encode. ``path`` for files; ``image`` for in-memory pictures (scenes)."""
+    """An image to encode. ``path`` for files; ``image`` for in-memory pictures (scenes);
+    ``data`` for encoded file bytes held in memory (a WebDataset/Parquet/HF-dataset sample)."""
 
     path: Path | None = None
     image: Image.Image | None = field(default=None, compare=False, repr=False)
-    name: str = ""  # shown in errors (e.g. the manifest line)
+    name: str = ""  # shown in errors (e.g. the manifest line, or shard:key)
+    data: bytes | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def of(x) -> "ImageRef":
@@ -96,6 +98,8 @@ class ImageRef:
         """A cheap key used only to dedupe within one call (not the cache key)."""
         if self.path is not None:
             return f"path:{self.path}"
+        if self.data is not None:  # the same picture stored twice in a shard is encoded once
+            return "bytes:" + hashlib.blake2b(self.data, digest_size=16).hexdigest()
         return f"obj:{id(self.image)}"
 
     def read(self) -> tuple[str, bytes | Image.Image]:
@@ -109,6 +113,8 @@ class ImageRef:
             h = hashlib.sha256(f"{im.size}".encode())
             h.update(im.tobytes())
             return "px:" + h.hexdigest(), im
+        if self.data is not None:  # same key as the same bytes read from a file
+            return "sha256:" + hashlib.sha256(self.data).hexdigest(), self.data
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:

@@ -1,0 +1,230 @@
+"""Ray Data engine vs the single-process engine, measured in one run (issue 15). Prints ratios.
+
+Inputs are generated WebDataset shards (img2dataset layout, 224x224 JPEGs, one caption each, written with
+``webdataset.TarWriter``); every run uses ``--no-cache`` so every image and caption is encoded. The model
+is a random-init ViT-B-32 (``--model``; the cost per item is that of the real architecture). It prints
+
+* equality: the Ray rows against the single-process rows (same ids, max |Δscore|);
+* scaling: Ray 2 actors × 1 thread vs 1 actor × 1 thread (pairs/s, ratio; target ≥ 1.7×);
+* overhead: Ray with all cores (one 1-thread actor per core) vs the single-process engine with all cores
+  (torch threads = cores; target ≤ 15 % slower);
+* per-item costs on one thread (decode+preprocess, image encode, text encode, row write) and Ray's cost
+  per block ((Ray wall − single-process wall) / blocks), the inputs of the cost model in docs/scale.md;
+* memory: peak RSS of the single-process CLI and of the Ray driver scoring ``--stream`` captions (Parquet
+  shards whose rows point at a pool of 32 image files), against a run 4× smaller — streaming means flat.
+
+Wall times include each run's start-up (actors loading the model). One command, ~4-5 min on a quiet
+2-core machine with the defaults:
+
+    python benchmarks/ray_scale.py
+    python benchmarks/ray_scale.py --shards 4 --per-shard 48 --stream 100000   # quicker
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+
+
+def make_shards(folder: Path, shards: int, per_shard: int) -> str:
+    import webdataset as wds
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    words = ["red", "green", "blue", "striped", "dark", "bright", "small", "large", "round", "square"]
+    for s in range(shards):
+        with wds.TarWriter(str(folder / f"{s:05d}.tar")) as w:
+            for k in range(per_shard):
+                base = rng.random((7, 7, 3)) * 255  # smooth image: a realistic JPEG size (~10 KB), not noise
+                im = Image.fromarray(base.astype("uint8")).resize((224, 224), Image.BICUBIC)
+                buf = io.BytesIO()
+                im.save(buf, format="JPEG", quality=90)
+                cap = " ".join(rng.choice(words, size=int(rng.integers(4, 14))))
+                w.write({"__key__": f"{s:05d}{k:04d}", "jpg": buf.getvalue(), "txt": f"a photo of {cap}"})
+    return str(folder / f"{{00000..{shards - 1:05d}}}.tar")
+
+
+def cli(*argv) -> float:
+    from capscore.cli import main
+
+    t = time.perf_counter()
+    rc = main(["-q", *map(str, argv)])
+    if rc != 0:
+        raise SystemExit(f"capscore {' '.join(map(str, argv))} exited {rc}")
+    return time.perf_counter() - t
+
+
+def ray_rows(folder: Path) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    return [r for f in sorted(folder.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+
+
+def per_item_costs(model: str, pattern: str, n: int = 64) -> dict:
+    """Seconds per item on one thread: decode+preprocess, image encode, text encode, row write."""
+    import torch
+
+    from capscore.backbones import load_backbone
+    from capscore.data.shards import list_shards, read_shard
+    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.report.writers import RowWriter
+
+    torch.set_num_threads(1)
+    recs = []
+    for sh in list_shards("webdataset", pattern):
+        recs += list(read_shard(sh))
+    recs = recs[:n]
+    bb = load_backbone(model, seed=0)
+    t = time.perf_counter()
+    px = [bb.preprocess(r.image.decode(r.image.read()[1])) for r in recs]
+    decode = (time.perf_counter() - t) / len(recs)
+    enc = Encoder(bb, batch_size=64, cache=MemoryCache(), workers=1)
+    t = time.perf_counter()
+    enc.encode_pixels([str(i) for i in range(len(px))], px)
+    img = (time.perf_counter() - t) / len(recs)
+    t = time.perf_counter()
+    enc.encode_texts(["A photo depicts " + r.caption for r in recs])
+    txt = (time.perf_counter() - t) / len(recs)
+    with tempfile.TemporaryDirectory() as d:
+        w = RowWriter(Path(d) / "x.parquet", "parquet", existing=False)
+        rows = [{"id": f"{i:09d}", "image": f"shard.tar:{i:09d}", "caption": "a photo of a red round thing",
+                 "system": "", "score": 0.5, "error": None} for i in range(20000)]
+        t = time.perf_counter()
+        w.write(rows)
+        w.close(complete=True)
+        write = (time.perf_counter() - t) / len(rows)
+    return {"decode_preprocess": decode, "image_encode": img, "text_encode": txt, "row_write": write}
+
+
+_CHILD = """
+import sys
+from capscore.cli import main
+rc = main(sys.argv[1:])
+hwm = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM"))
+print(f"VmHWM {hwm}", file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def peak_rss_child(argv: list[str]) -> tuple[float, float]:
+    """(peak RSS in MiB, seconds) of a child process running the capscore CLI.
+
+    The child reads its own VmHWM: ``ru_maxrss`` from ``wait4`` would report this (large) parent's RSS,
+    which Linux carries into a child across fork + exec.
+    """
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", _CHILD, "-q", *argv], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"child failed: {p.stderr[-2000:]}")
+    kb = int(next(ln for ln in reversed(p.stderr.splitlines()) if ln.startswith("VmHWM")).split()[1])
+    return kb / 1024, time.perf_counter() - t
+
+
+def make_stream(folder: Path, n: int, shards: int = 10) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    for i in range(32):
+        Image.fromarray((rng.random((32, 32, 3)) * 255).astype("uint8")).save(folder / f"img{i}.png")
+    per = n // shards
+    for s in range(shards):
+        ids = np.arange(s * per, (s + 1) * per)
+        pq.write_table(pa.table({"key": [f"{i:09d}" for i in ids], "image": [f"img{i % 32}.png" for i in ids],
+                                 "caption": [f"caption number {i} of a test" for i in ids]}),
+                       folder / f"part-{s:03d}.parquet", row_group_size=8192)
+    return folder
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="ViT-B-32")
+    ap.add_argument("--shards", type=int, default=8)
+    ap.add_argument("--per-shard", type=int, default=96)
+    ap.add_argument("--stream", type=int, default=1_000_000, help="captions for the memory check (0: skip)")
+    ap.add_argument("--stream-model", default="capscore-test-tiny")
+    ap.add_argument("--memory-only", action="store_true", help="only the memory check")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    sys.path.insert(0, str(SRC))
+    import ray
+    import torch
+
+    cores = os.cpu_count() or 1
+    n = args.shards * args.per_shard
+    tmp = Path(tempfile.mkdtemp(prefix="capscore-ray-bench-"))
+    if args.memory_only:
+        return memory(args, tmp)
+    pattern = make_shards(tmp / "shards", args.shards, args.per_shard)
+    common = ["score", "--model", args.model, "--webdataset", pattern, "--no-cache"]
+    print(f"{n} pairs in {args.shards} WebDataset shards, model {args.model} (random init), fp32 CPU, {cores} cores")
+
+    costs = per_item_costs(args.model, pattern)
+    torch.set_num_threads(cores)
+    local_s = cli(*common, "--out", tmp / "local.jsonl")
+    local = [json.loads(line) for line in open(tmp / "local.jsonl")]
+
+    ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    from ray.data import DataContext
+
+    DataContext.get_current().enable_progress_bars = False
+    torch.set_num_threads(1)
+    one_s = cli(*common, "--engine", "ray", "--workers", 1, "--out", tmp / "ray1")
+    two_s = cli(*common, "--engine", "ray", "--workers", 2, "--out", tmp / "ray2")
+    all_s = two_s if cores == 2 else cli(*common, "--engine", "ray", "--workers", cores, "--out", tmp / "rayall")
+    got = ray_rows(tmp / "ray2")
+    same_ids = [r["id"] for r in got] == [r["id"] for r in local]
+    delta = max(abs(a["score"] - b["score"]) for a, b in zip(got, local))
+
+    print("\nequality (Ray 2 actors vs single process)")
+    print(f"  same ids in the same order: {same_ids}   max |Δscore| = {delta:.2e}   (target ≤ 1e-6)")
+    print("\nscaling")
+    print(f"  Ray 1 actor x 1 thread : {n / one_s:8.1f} pairs/s  ({one_s:.1f} s)")
+    print(f"  Ray 2 actors x 1 thread: {n / two_s:8.1f} pairs/s  ({two_s:.1f} s)   ratio {one_s / two_s:.2f}x "
+          "(target ≥ 1.7x)")
+    print(f"  single process, {cores} threads: {n / local_s:8.1f} pairs/s  ({local_s:.1f} s)")
+    print(f"  Ray, {cores} actors x 1 thread: {n / all_s:8.1f} pairs/s  ({all_s:.1f} s)   overhead "
+          f"{100 * (all_s / local_s - 1):+.1f} % (target ≤ +15 %)")
+    blocks = args.shards + args.shards  # one data block + one sentinel block per shard (block = shard here)
+    print("\nper-item costs, one thread (inputs of docs/scale.md)")
+    for k, v in costs.items():
+        print(f"  {k:18s} {1e3 * v:8.3f} ms")
+    print(f"  Ray per block      {1e3 * (all_s - local_s) / blocks:8.1f} ms  (= (Ray − single) / {blocks} blocks, "
+          "start-up included)")
+    ray.shutdown()
+    if args.stream:
+        memory(args, tmp)
+
+
+def memory(args, tmp: Path) -> None:
+    if args.stream:
+        print(f"\nmemory: {args.stream} captions over 10 Parquet shards ({args.stream_model}, 32 image files)")
+        for size in (args.stream // 4, args.stream):
+            folder = make_stream(tmp / f"stream{size}", size)
+            rss, secs = peak_rss_child(["score", "--model", args.stream_model, "--parquet", str(folder),
+                                        "--no-cache", "--out", str(tmp / f"stream{size}.jsonl")])
+            print(f"  single process, {size:>9d} captions: peak RSS {rss:7.0f} MiB  ({secs:.0f} s)")
+            rss, secs = peak_rss_child(["score", "--model", args.stream_model, "--parquet", str(folder),
+                                        "--no-cache", "--engine", "ray", "--out", str(tmp / f"stream{size}-ray")])
+            print(f"  Ray driver,     {size:>9d} captions: peak RSS {rss:7.0f} MiB  ({secs:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
