@@ -6,17 +6,20 @@ def configure(p) -> None:
     from capscore.train.recipes import RECIPES
 
     p.add_argument("recipe", choices=sorted(RECIPES), help="objective to train with")
-    p.add_argument("--model", default="scenes-tiny", help="backbone to start from (any --model spec)")
-    p.add_argument("--data", default="scenes:512",
-                   help="'scenes:N' (synthetic scenes, built in) or a JSONL file (fields in docs/train.md)")
+    p.add_argument("--model", default=None,
+                   help="backbone to start from (any --model spec; default scenes-tiny, for the scenes-tiny "
+                        "recipe openclip:scenes-tiny = random init from --seed)")
+    p.add_argument("--data", default=None,
+                   help="'scenes:N' (synthetic scenes, built in; default scenes:512) or a JSONL file (fields in "
+                        "docs/train.md); the scenes-tiny recipe streams fresh scenes and takes no --data")
     p.add_argument("--out", required=True, help="output folder: model.safetensors, MODEL_CARD.md, log.jsonl, checkpoints/")
-    p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 100; scenes-tiny 600)")
+    p.add_argument("--batch-size", type=int, default=None, help="examples per micro-batch (default 32; scenes-tiny 128)")
     p.add_argument("--accum", type=int, default=1, help="gradient accumulation (micro-batches per step)")
-    p.add_argument("--lr", type=float, default=1e-5)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--grad-clip", type=float, default=None)
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-5; scenes-tiny 1e-3)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 10; scenes-tiny 50)")
+    p.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default 0.1)")
+    p.add_argument("--grad-clip", type=float, default=None, help="clip the gradient norm (default none; scenes-tiny 1.0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (always before and after)")
@@ -26,6 +29,20 @@ def configure(p) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe parameter (repeatable)")
     p.add_argument("--tensorboard", action="store_true", help="also log to OUT/tensorboard (needs tensorboard)")
+
+
+GENERIC = dict(steps=100, batch_size=32, lr=1e-5, warmup=10, weight_decay=0.1, grad_clip=None, min_lr_ratio=0.0,
+               no_decay=())
+
+
+def train_settings(recipe, args) -> dict:
+    """steps, batch size, lr, warm-up, weight decay, clipping: the user's value, else the recipe's
+    ``train_defaults``, else the generic default."""
+    out = {k: getattr(args, k, None) for k in GENERIC}
+    for k, v in out.items():
+        if v is None:
+            out[k] = recipe.train_defaults.get(k, GENERIC[k])
+    return out
 
 
 def run(args) -> int:
@@ -49,20 +66,33 @@ def run(args) -> int:
         sets[key.strip()] = value.strip()
     params = resolve_params(recipe, sets)
     langs = tuple(x for x in args.languages.split(",") if x) if recipe.name == "prmcs" else ()
-    if args.data.startswith("scenes:"):
+    if recipe.data is not None and args.data is not None:
+        raise CapscoreError(f"recipe {recipe.name!r} makes its own data (fresh synthetic scenes); drop --data")
+    model_spec = args.model or recipe.start_model or "scenes-tiny"
+    data_name = args.data or "scenes:512"
+    if recipe.data is not None:
+        examples = None
+        data_name = f"{recipe.name} stream (fresh synthetic scenes, seed {args.seed})"
+    elif data_name.startswith("scenes:"):
         try:
-            n = int(args.data.split(":", 1)[1])
+            n = int(data_name.split(":", 1)[1])
         except ValueError:
-            raise CapscoreError(f"--data {args.data!r}: expected scenes:N") from None
+            raise CapscoreError(f"--data {data_name!r}: expected scenes:N") from None
         examples = D.scene_examples(n, seed=args.seed, languages=langs)
     else:
-        examples = D.read_jsonl(args.data)
-    D.check_fields(examples, recipe.needs, recipe.name)
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, accum=args.accum, lr=args.lr, warmup=args.warmup,
-                      weight_decay=args.weight_decay, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
-                      eval_every=args.eval_every, ckpt_every=args.ckpt_every, tensorboard=args.tensorboard)
-    bb = load_backbone(args.model, device=args.device, seed=args.seed)
+        examples = D.read_jsonl(data_name)
+    if examples is not None:
+        D.check_fields(examples, recipe.needs, recipe.name)
+    ts = train_settings(recipe, args)
+    if ts["steps"] < 1 or ts["batch_size"] < 1:
+        raise CapscoreError(f"--steps and --batch-size must be >= 1; got {ts['steps']}, {ts['batch_size']}")
+    ts["warmup"] = min(ts["warmup"], ts["steps"])
+    cfg = TrainConfig(accum=args.accum, seed=args.seed, device=args.device, eval_every=args.eval_every,
+                      ckpt_every=args.ckpt_every, tensorboard=args.tensorboard, **ts)
+    bb = load_backbone(model_spec, device=args.device, seed=args.seed)
     state = recipe.prepare(bb, params)
+    if recipe.data is not None:
+        examples = recipe.data(bb, params, seed=args.seed)
     evaluate = None
     if args.eval_scenes:
         evaluate = scene_evaluator(args.eval_scenes, languages=("en", *langs),
@@ -72,12 +102,33 @@ def run(args) -> int:
     path = export_model(bb, out / "model.safetensors")
     from dataclasses import asdict
 
-    write_model_card(out, recipe=recipe.name, citation=recipe.citation, base_model=args.model, params=params,
-                     config=asdict(cfg), evals=res.evals, model_path=str(path), data=args.data,
-                     command="capscore " + " ".join(sys.argv[1:]))
+    command = "capscore " + " ".join(sys.argv[1:])
+    write_model_card(out, recipe=recipe.name, citation=recipe.citation, base_model=model_spec, params=params,
+                     config=asdict(cfg), evals=res.evals, model_path=str(path), data=data_name, command=command)
+    if recipe.export == "scenes-tiny":  # also the bundled format (fp16) and the flip evaluation
+        _export_scenes_tiny(bb, out, params, cfg, command, args.eval_scenes)
     last = res.history[-1] if res.history else {}
     print(f"trained {recipe.name} for {cfg.steps} steps (final loss {last.get('loss', float('nan')):.4f}); "
           f"load with --model ckpt:{path}")
     for e in res.evals:
         print("  eval", " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in e.items()))
     return 0
+
+
+def _export_scenes_tiny(bb, out, params, cfg, command, eval_scenes: int) -> None:
+    """OUT/scenes-tiny.safetensors (fp16, a drop-in for capscore/scenes/weights/) and, with
+    --eval-scenes N, ``capscore scenes eval``'s table on N held-out scenes in OUT/scenes-eval.json."""
+    import json
+    from dataclasses import asdict
+
+    from capscore.train.scenes_tiny import export_bundled
+
+    path = out / "scenes-tiny.safetensors"
+    export_bundled(bb, path, {"config": json.dumps(asdict(cfg)), "params": json.dumps(params), "command": command})
+    print(f"bundled format: {path} ({path.stat().st_size / 1e6:.1f} MB, fp16)")
+    if eval_scenes:
+        from capscore.scenes.evaluate import evaluate_scenes, format_report
+
+        res = evaluate_scenes(bb, n=eval_scenes)
+        print(format_report(res))
+        (out / "scenes-eval.json").write_text(json.dumps(res, indent=1) + "\n")

@@ -43,6 +43,7 @@ class Example:
     gen_caption: str | None = None
     source: str = ""  # file:line or scene id, for errors
     extra: dict = field(default_factory=dict, compare=False, repr=False)  # e.g. the Scene object
+    negative: str | None = None  # a hard-negative caption of ``image`` (scenes-tiny recipe)
 
 
 def check_fields(examples: list[Example], needs: tuple[str, ...], recipe: str) -> None:
