@@ -177,3 +177,23 @@ def test_recipe_option_errors(tmp_path, capsys):
 
     with pytest.raises(CapscoreError, match="dense"):  # checked before the model is touched
         get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"dense": "sparc"}))
+
+
+def test_missing_weights_is_a_one_line_error(tmp_path):
+    from capscore.scenes.tiny import backbone_from_file
+
+    with pytest.raises(CapscoreError, match="scenes-tiny weights not found") as e:
+        backbone_from_file(tmp_path / "nope.safetensors")
+    assert "\n" not in str(e.value) and "capscore train scenes-tiny" in str(e.value)
+
+
+def test_recall_at_1_counts_identical_captions_as_hits():
+    from capscore.scenes.evaluate import _recall_at_1
+
+    img = torch.eye(3)
+    # image 0 -> text 1 (same caption as text 0: a hit); image 1 -> text 0 (hit); image 2 -> text 0 (miss)
+    txt = torch.tensor([[0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.9, 0.0, 0.5]])
+    i2t, t2i = _recall_at_1(img, txt, ["a", "a", "b"])
+    assert i2t == pytest.approx(2 / 3)
+    # text 0 -> image 1 (hit), text 1 -> image 0 (hit), text 2 -> image 0 (miss)
+    assert t2i == pytest.approx(2 / 3)
