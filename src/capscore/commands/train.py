@@ -14,11 +14,18 @@ def configure(p) -> None:
                         "docs/train.md); the scenes-tiny recipe streams fresh scenes and takes no --data")
     p.add_argument("--out", required=True, help="output folder: model.safetensors, MODEL_CARD.md, log.jsonl, checkpoints/")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default 100; scenes-tiny 600)")
-    p.add_argument("--batch-size", type=int, default=None, help="examples per micro-batch (default 32; scenes-tiny 128)")
-    p.add_argument("--accum", type=int, default=1, help="gradient accumulation (micro-batches per step)")
-    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-5; scenes-tiny 1e-3)")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="examples per micro-batch (default: the recipe's paper value, else 32; scenes-tiny 128)")
+    p.add_argument("--accum", type=int, default=None,
+                   help="gradient accumulation, micro-batches per step (default: the recipe's paper value, else 1)")
+    p.add_argument("--lr", type=float, default=None,
+                   help="peak learning rate (default: the recipe's paper value; scenes-tiny 1e-3)")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 10; scenes-tiny 50)")
-    p.add_argument("--weight-decay", type=float, default=None, help="AdamW weight decay (default 0.1)")
+    p.add_argument("--weight-decay", type=float, default=None,
+                   help="AdamW weight decay (default: the recipe's paper value, else 0.1)")
+    p.add_argument("--betas", default=None, metavar="B1,B2",
+                   help="AdamW betas (default: the recipe's paper value, else 0.9,0.98)")
+    p.add_argument("--eps", type=float, default=None, help="AdamW epsilon (default: the recipe's, else 1e-6)")
     p.add_argument("--grad-clip", type=float, default=None, help="clip the gradient norm (default none; scenes-tiny 1.0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
@@ -31,17 +38,45 @@ def configure(p) -> None:
     p.add_argument("--tensorboard", action="store_true", help="also log to OUT/tensorboard (needs tensorboard)")
 
 
-GENERIC = dict(steps=100, batch_size=32, lr=1e-5, warmup=10, weight_decay=0.1, grad_clip=None, min_lr_ratio=0.0,
-               no_decay=())
+GENERIC_OPTIM = dict(lr=1e-5, weight_decay=0.1, batch_size=32, accum=1, betas=(0.9, 0.98), eps=1e-6)
+GENERIC_SCHEDULE = dict(steps=100, warmup=10, grad_clip=None, min_lr_ratio=0.0, no_decay=())
 
 
-def train_settings(recipe, args) -> dict:
-    """steps, batch size, lr, warm-up, weight decay, clipping: the user's value, else the recipe's
-    ``train_defaults``, else the generic default."""
-    out = {k: getattr(args, k, None) for k in GENERIC}
+def schedule_settings(recipe, args) -> dict:
+    """steps, warm-up, clipping, cosine floor, no-decay names: the user's value, else the recipe's
+    ``train_defaults`` (the scenes-tiny recipe's v1 values), else the generic default."""
+    from capscore.errors import CapscoreError
+
+    out = {k: getattr(args, k, None) for k in GENERIC_SCHEDULE}
     for k, v in out.items():
         if v is None:
-            out[k] = recipe.train_defaults.get(k, GENERIC[k])
+            out[k] = recipe.train_defaults.get(k, GENERIC_SCHEDULE[k])
+    if out["steps"] < 1:
+        raise CapscoreError(f"--steps must be a positive integer; got {out['steps']}")
+    out["warmup"] = min(out["warmup"], out["steps"])
+    return out
+
+
+def optimiser_settings(recipe, args) -> dict:
+    """lr, weight decay, batch size, accumulation, betas, eps: the user's value, else the
+    recipe's paper value (``Recipe.optim``), else capscore's generic default (CLIP's betas/eps)."""
+    from capscore.errors import CapscoreError
+
+    out = {}
+    for key, default in GENERIC_OPTIM.items():
+        given = getattr(args, key, None)
+        if key == "betas" and given is not None:
+            try:
+                b1, b2 = (float(x) for x in str(given).split(","))
+            except ValueError:
+                raise CapscoreError(f"--betas {given!r}: expected two numbers B1,B2, e.g. 0.9,0.999") from None
+            if not (0 <= b1 < 1 and 0 <= b2 < 1):
+                raise CapscoreError(f"--betas {given!r}: each beta must be in [0, 1)")
+            given = (b1, b2)
+        out[key] = given if given is not None else recipe.optim.get(key, default)
+    for key in ("batch_size", "accum"):
+        if out[key] < 1:
+            raise CapscoreError(f"--{key.replace('_', '-')} must be a positive integer; got {out[key]}")
     return out
 
 
@@ -83,12 +118,15 @@ def run(args) -> int:
         examples = D.read_jsonl(data_name)
     if examples is not None:
         D.check_fields(examples, recipe.needs, recipe.name)
-    ts = train_settings(recipe, args)
-    if ts["steps"] < 1 or ts["batch_size"] < 1:
-        raise CapscoreError(f"--steps and --batch-size must be >= 1; got {ts['steps']}, {ts['batch_size']}")
-    ts["warmup"] = min(ts["warmup"], ts["steps"])
-    cfg = TrainConfig(accum=args.accum, seed=args.seed, device=args.device, eval_every=args.eval_every,
-                      ckpt_every=args.ckpt_every, tensorboard=args.tensorboard, **ts)
+    if recipe.name == "specs":
+        examples, skipped = D.specs_units(examples, grammar=params["grammar"])
+        if skipped:
+            print(f"capscore: note: {len(skipped)} caption(s) have fewer than two detail units and give no SPECS "
+                  f"triplet; skipped (first: {skipped[0]})", file=sys.stderr)
+        D.check_fields(examples, recipe.needs, recipe.name)
+    opt = optimiser_settings(recipe, args)
+    cfg = TrainConfig(seed=args.seed, device=args.device, eval_every=args.eval_every, ckpt_every=args.ckpt_every,
+                      tensorboard=args.tensorboard, **schedule_settings(recipe, args), **opt)
     bb = load_backbone(model_spec, device=args.device, seed=args.seed)
     state = recipe.prepare(bb, params)
     if recipe.data is not None:

@@ -16,7 +16,7 @@ pins a short run of it bit for bit against the trainer it replaced).
   (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
   ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
   (``dense=filip``; :func:`capscore.train.objectives.filip_loss`);
-* optimisation (the loop's, with this recipe's defaults in :data:`TRAIN_DEFAULTS`): AdamW, no
+* optimisation (the loop's; this recipe's defaults in :data:`OPTIM`, :data:`TRAIN_DEFAULTS`): AdamW, no
   weight decay on gains, biases, embeddings and the logit scale, linear warm-up then cosine decay to
   10 % of the peak rate, gradient clipping at 1.0; fp32 on CPU; the model starts from the random
   init of ``--model openclip:ARCH`` with ``--seed``.
@@ -40,8 +40,8 @@ CLIP_S_PREFIX = "A photo depicts "
 DENSE_TERMS = ("none", "filip")
 
 # The v1 bundled model's optimisation (its MODEL_CARD): used where the user passes no option.
-TRAIN_DEFAULTS = dict(steps=600, batch_size=128, lr=1e-3, warmup=50, min_lr_ratio=0.1, weight_decay=0.1,
-                      grad_clip=1.0, no_decay=("embedding",))
+OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the loop's (0.9, 0.98), 1e-6
+TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
 PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
               dense="none", dense_weight=0.0)
 START_MODEL = "openclip:scenes-tiny"  # random init from --seed
