@@ -19,6 +19,7 @@ from pathlib import Path
 from capscore.errors import CapscoreError, InputError
 
 METRIC_CHOICES = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs", "abe")
+VIDEO_METRIC_CHOICES = ("clip-s", "pac-s", "refpac-s", "emscore", "emscore-ref")  # with --videos (docs/video.md)
 DEFAULT_MODEL = "scenes-tiny"
 
 
@@ -26,13 +27,21 @@ def configure(p) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="backbone, e.g. ViT-B-32/openai, ckpt:PATH.pth, hf:DIR (see `capscore models`); "
                         f"default {DEFAULT_MODEL}")
-    p.add_argument("--images", required=True, metavar="DIR|MANIFEST",
+    p.add_argument("--images", metavar="DIR|MANIFEST",
                    help="folder of images (id = file stem) or a CSV/JSONL manifest with 'id' and 'path'")
+    p.add_argument("--videos", metavar="DIR|MANIFEST",
+                   help="instead of --images: folder of videos (.mp4/.webm/.mkv/.avi/.gif/.webp or frame folders; "
+                        "id = file stem) or a CSV/JSONL manifest; see docs/video.md")
+    p.add_argument("--frames", default=None, metavar="SAMPLING",
+                   help="--videos: frames scored per video: uniform:N, fps:R, every:K or all (default uniform:10)")
+    p.add_argument("--idf", action="store_true",
+                   help="--videos, EMScore-family metrics: idf token weights from the references (else the captions)")
     p.add_argument("--captions", required=True, nargs="+", metavar="FILE",
                    help="captions: JSON {image_id: caption}, or JSONL/CSV with image, caption[, refs, id, system]; "
                         "several files = several systems (named by file stem)")
     p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]} (or JSONL/CSV image, refs)")
-    p.add_argument("--metric", default="clip-s", choices=METRIC_CHOICES, help="default clip-s")
+    p.add_argument("--metric", default="clip-s", choices=tuple(dict.fromkeys(METRIC_CHOICES + VIDEO_METRIC_CHOICES)),
+                   help="default clip-s; with --videos: " + ", ".join(VIDEO_METRIC_CHOICES))
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family, '' for mcs and abe)")
@@ -52,6 +61,12 @@ def configure(p) -> None:
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
     p.add_argument("--seed", type=int, default=0, help="seed for random-init backbones (default 0)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom code of hf: models")
+    p.add_argument("--rgb-order", default="first", choices=("first", "after-crop"),
+                   help="when images become RGB: 'first' (default) or 'after-crop', the clipscore.py/pacscore "
+                        "order (resize in the file's own mode; palette PNGs are then resized nearest-neighbour)")
+    from capscore.commands.probe import add_abe_arguments
+
+    add_abe_arguments(p)
     p.add_argument("--context-length", type=int, metavar="N",
                    help="text context: 248 stretches a 77-token CLIP tower with LongCLIP's knowledge-preserved "
                         "rule; smaller values truncate (default: the model's own)")
@@ -66,6 +81,16 @@ def run(args) -> int:
     from capscore.data.captions import index_images, load_refs, read_captions
     from capscore.report.writers import open_writer, output_format, read_rows
 
+    if getattr(args, "videos", None):
+        from capscore.commands.score_videos import run_videos
+
+        return run_videos(args)
+    if not args.images:
+        raise CapscoreError("give --images DIR|MANIFEST (or --videos DIR|MANIFEST)")
+    if args.metric not in METRIC_CHOICES:
+        raise CapscoreError(f"--metric {args.metric} scores videos; use it with --videos")
+    if getattr(args, "frames", None) or getattr(args, "idf", False):
+        raise CapscoreError("--frames and --idf apply to --videos only")
     for name in ("batch_size", "chunk_size"):
         if getattr(args, name) < 1:
             raise CapscoreError(f"--{name.replace('_', '-')} must be a positive integer; got {getattr(args, name)}")
@@ -74,6 +99,11 @@ def run(args) -> int:
     out = Path(args.out)
     output_format(out)
     metric, default_prefix = _metric(args.metric)
+    from capscore.commands.probe import abe_options
+
+    args.abe = abe_options(args)
+    if args.abe and args.metric != "abe":
+        raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
     prefix = default_prefix if args.prefix is None else args.prefix
 
     # inputs: whole-file problems surface here, before any model is loaded
@@ -89,7 +119,8 @@ def run(args) -> int:
 
     backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
                              context_length=args.context_length,
-                             trust_remote_code=args.trust_remote_code)  # before touching --out
+                             trust_remote_code=args.trust_remote_code,
+                             rgb_order=getattr(args, "rgb_order", "first"))  # before touching --out
     writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite)
     try:
         return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows)
@@ -119,13 +150,20 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -
         "images": _abs(args.images), "captions": [_abs(c) for c in args.captions],
         "refs": _abs(args.refs) if args.refs else None, "dtype": args.dtype,
     }
+    if metric is None:  # ABE-CLIP: its configuration decides the numbers
+        from capscore.scores.abe import make_config
+
+        cfg = make_config(**getattr(args, "abe", {}))
+        config["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
+                         "pool": _abs(cfg.pool) if cfg.pool else "bundled"}
     spath = summary_path(out)
     if prior is not None:
         _check_same_run(spath, config)
     _write_json(spath, {"status": "running", **config})
     cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
     encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=False)
-    score_chunk = _abe_chunk_scorer(prefix) if metric is None else _clip_chunk_scorer(metric, prefix)
+    score_chunk = (_abe_chunk_scorer(prefix, **getattr(args, "abe", {})) if metric is None
+                   else _clip_chunk_scorer(metric, prefix))
 
     summary = Summary(metric=args.metric)
     t0 = time.perf_counter()
@@ -244,11 +282,11 @@ def _clip_chunk_scorer(spec, prefix: str):
     return score
 
 
-def _abe_chunk_scorer(prefix: str):
+def _abe_chunk_scorer(prefix: str, **abe_options):
     from capscore.data.records import Record
     from capscore.scores.pairs import get_pair_scorer
 
-    scorer = get_pair_scorer("abe")  # imports capscore.scores.abe lazily
+    scorer = get_pair_scorer("abe", **abe_options)  # imports capscore.scores.abe lazily
 
     def score(chunk: list, encoder, *, skip_bad: bool):
         chunk, fatal = _split_at_fatal(chunk, skip_bad)

@@ -1,6 +1,6 @@
 """Per-item result writers (JSONL, CSV, Parquet) that survive being killed, and resume.
 
-Rows have the columns of :data:`COLUMNS`. Rows are appended chunk by chunk and
+Rows have the columns of :data:`COLUMNS` (video scoring: :data:`VIDEO_COLUMNS`). Rows are appended chunk by chunk and
 flushed (and ``fsync``-ed) after each chunk, so a killed run keeps every chunk
 it finished; at most the last line can be cut short.
 
@@ -30,6 +30,10 @@ from pathlib import Path
 from capscore.errors import CapscoreError, InputError
 
 COLUMNS = ("id", "image", "caption", "system", "score", "error")
+# `capscore score --videos`: the final score and its parts (EMScore/PAC-S coarse, fine P/R/F, reference side)
+VIDEO_COLUMNS = ("id", "video", "caption", "system", "score", "coarse", "fine_p", "fine_r", "fine_f",
+                 "ref_coarse", "ref_fine_f", "error")
+TEXT_COLUMNS = frozenset(("id", "image", "video", "caption", "system", "error"))  # the rest are numbers
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
 
 
@@ -93,23 +97,26 @@ def complete_csv_prefix(data: bytes, n_columns: int = len(COLUMNS)) -> int:
 
 
 # ------------------------------------------------------------------------------ reading rows back
-def _row_from_json(obj: dict, where: str) -> dict:
-    if not isinstance(obj, dict) or any(c not in obj for c in COLUMNS):
-        raise InputError(where, "not a capscore result row", expected=f"fields {', '.join(COLUMNS)}", got=obj)
-    return {c: obj[c] for c in COLUMNS}
+def _row_from_json(obj: dict, where: str, columns: tuple = COLUMNS) -> dict:
+    if not isinstance(obj, dict) or any(c not in obj for c in columns):
+        raise InputError(where, "not a capscore result row", expected=f"fields {', '.join(columns)}", got=obj)
+    return {c: obj[c] for c in columns}
 
 
 def _row_from_csv(fields: dict, where: str) -> dict:
     row = dict(fields)
-    try:
-        row["score"] = float(row["score"]) if row["score"] not in ("", None) else None
-    except ValueError:
-        raise InputError(where, "score is not a number", got=row["score"]) from None
+    for c in row:
+        if c in TEXT_COLUMNS:
+            continue
+        try:
+            row[c] = float(row[c]) if row[c] not in ("", None) else None
+        except ValueError:
+            raise InputError(where, f"{c} is not a number", got=row[c]) from None
     row["error"] = row["error"] or None
     return row
 
 
-def read_rows(path: str | os.PathLike) -> Iterator[dict]:
+def read_rows(path: str | os.PathLike, columns: tuple = COLUMNS) -> Iterator[dict]:
     """Lazily read the complete rows of a result file (JSONL, CSV, Parquet, or a Parquet journal)."""
     path = Path(path)
     fmt = "jsonl" if path.name.endswith(".partial.jsonl") else output_format(path)
@@ -118,18 +125,18 @@ def read_rows(path: str | os.PathLike) -> Iterator[dict]:
 
         for batch in pq.ParquetFile(path).iter_batches(batch_size=8192):
             for row in batch.to_pylist():
-                yield {c: row.get(c) for c in COLUMNS}
+                yield {c: row.get(c) for c in columns}
         return
     # streamed as-is: open_writer's repair step has already cut an incomplete last record off
     with open(path, encoding="utf-8", newline="") as f:
         if fmt == "jsonl":
             for n, line in enumerate(f, 1):
                 if line.strip():
-                    yield _row_from_json(json.loads(line), f"{path}:{n}")
+                    yield _row_from_json(json.loads(line), f"{path}:{n}", columns)
         else:
             reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
-                raise InputError(f"{path}:1", "not a capscore result file", expected=",".join(COLUMNS),
+            if tuple(reader.fieldnames or ()) != columns:
+                raise InputError(f"{path}:1", "not a capscore result file", expected=",".join(columns),
                                  got=reader.fieldnames)
             for row in reader:
                 yield _row_from_csv(row, f"{path}:{reader.line_num}")
@@ -139,14 +146,15 @@ def read_rows(path: str | os.PathLike) -> Iterator[dict]:
 class RowWriter:
     """Append rows to ``path``; ``close()`` finishes the file. Use :func:`open_writer`."""
 
-    def __init__(self, path: Path, fmt: str, *, existing: bool):
+    def __init__(self, path: Path, fmt: str, *, existing: bool, columns: tuple = COLUMNS):
         self.path = path
+        self.columns = columns
         self.format = fmt
         self.file_path = journal_path(path) if fmt == "parquet" else path
         self._f = open(self.file_path, "a", encoding="utf-8", newline="")
         self._csv = csv.writer(self._f, lineterminator="\n") if fmt == "csv" else None
         if self._csv is not None and not existing:
-            self._csv.writerow(COLUMNS)
+            self._csv.writerow(columns)
             self._flush()
 
     def write(self, rows: Iterable[dict]) -> None:
@@ -156,9 +164,9 @@ class RowWriter:
             if score is not None and not math.isfinite(score):
                 raise ValueError(f"non-finite score in row {row['id']!r}")  # a bug, never user input
             if self._csv is not None:
-                self._csv.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+                self._csv.writerow(["" if row[c] is None else row[c] for c in self.columns])
             else:
-                self._f.write(json.dumps({c: row[c] for c in COLUMNS}, ensure_ascii=False) + "\n")
+                self._f.write(json.dumps({c: row[c] for c in self.columns}, ensure_ascii=False) + "\n")
         self._flush()
 
     def _flush(self) -> None:
@@ -171,7 +179,7 @@ class RowWriter:
             return
         self._f.close()
         if self.format == "parquet" and complete:
-            _journal_to_parquet(self.file_path, self.path)
+            _journal_to_parquet(self.file_path, self.path, columns=self.columns)
             self.file_path.unlink()
 
     def __enter__(self):
@@ -181,16 +189,15 @@ class RowWriter:
         self.close(complete=exc[0] is None)
 
 
-def _journal_to_parquet(journal: Path, out: Path, batch: int = 65536) -> None:
+def _journal_to_parquet(journal: Path, out: Path, batch: int = 65536, *, columns: tuple = COLUMNS) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([("id", pa.string()), ("image", pa.string()), ("caption", pa.string()),
-                        ("system", pa.string()), ("score", pa.float64()), ("error", pa.string())])
+    schema = pa.schema([(c, pa.string() if c in TEXT_COLUMNS else pa.float64()) for c in columns])
     tmp = out.with_name(out.name + ".tmp")
     with pq.ParquetWriter(tmp, schema) as w:
         rows: list[dict] = []
-        for row in read_rows(journal):
+        for row in read_rows(journal, columns):
             rows.append(row)
             if len(rows) >= batch:
                 w.write_table(pa.Table.from_pylist(rows, schema=schema))
@@ -210,27 +217,28 @@ def existing_output(path: Path) -> Path | None:
     return None
 
 
-def repair(path: Path) -> int:
+def repair(path: Path, columns: tuple = COLUMNS) -> int:
     """Cut a partial last record off a JSONL/CSV/journal file; returns the number of bytes removed."""
     data = path.read_bytes()
     if path.suffix.lower() == ".csv":
         header_end = data.find(b"\n") + 1
-        if header_end and data[:header_end].decode("utf-8", "replace").strip() != ",".join(COLUMNS):
+        if header_end and data[:header_end].decode("utf-8", "replace").strip() != ",".join(columns):
             raise InputError(f"{path}:1", "not a capscore result file; refusing to cut it",
-                             expected=",".join(COLUMNS), got=data[:header_end].decode("utf-8", "replace").strip())
-        keep = header_end + complete_csv_prefix(data[header_end:]) if header_end else 0
+                             expected=",".join(columns), got=data[:header_end].decode("utf-8", "replace").strip())
+        keep = header_end + complete_csv_prefix(data[header_end:], len(columns)) if header_end else 0
     else:
         keep = complete_jsonl_prefix(data)
         first = data[: data.find(b"\n")] if keep else b""
         if first.strip():
-            _row_from_json(json.loads(first), f"{path}:1")  # raises on a file that is not ours
+            _row_from_json(json.loads(first), f"{path}:1", columns)  # raises on a file that is not ours
     if keep < len(data):
         with open(path, "r+b") as f:
             f.truncate(keep)
     return len(data) - keep
 
 
-def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False) -> tuple[RowWriter | None, Path | None]:
+def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False,
+                columns: tuple = COLUMNS) -> tuple[RowWriter | None, Path | None]:
     """Prepare ``path`` for writing; returns ``(writer, file with earlier rows or None)``.
 
     Without ``resume``, an existing non-empty output is refused unless
@@ -254,7 +262,7 @@ def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: boo
     if prior is not None and prior == path and fmt == "parquet":
         return None, prior  # finished: nothing to append
     if prior is not None:
-        repair(prior)
+        repair(prior, columns)
         if prior.suffix.lower() == ".csv" and prior.stat().st_size == 0:
             prior = None  # even the header was cut short: start again
-    return RowWriter(path, fmt, existing=prior is not None), prior
+    return RowWriter(path, fmt, existing=prior is not None, columns=columns), prior
