@@ -1,10 +1,9 @@
-"""``capscore scenes``: generate synthetic scenes, train and evaluate scenes-tiny (see docs/scenes.md)."""
+"""``capscore scenes``: generate synthetic scenes and evaluate a model on them (see docs/scenes.md);
+scenes-tiny is trained by the ``scenes-tiny`` recipe of ``capscore train``."""
 from __future__ import annotations
 
-from capscore.commands._args import output_dir, output_file, non_negative_int, positive_float, positive_int
+from capscore.commands._args import output_dir, output_file, positive_int
 import json
-import shlex
-import sys
 from pathlib import Path
 
 from capscore.errors import CapscoreError
@@ -25,18 +24,6 @@ def configure(p) -> None:
     g.add_argument("--fps", type=float, default=None, help="--videos: frame rate (default 4)")
     g.add_argument("--codec", default=None, choices=("lossless", "h264"),
                    help="--videos: lossless RGB H.264 (default; decoded frames equal the rendered ones) or lossy H.264")
-
-    t = sub.add_parser("train", help="train scenes-tiny from scratch (CLIP loss + hard negatives)")
-    t.add_argument("--out", required=True, metavar="PATH", help="weights file (.safetensors, fp16)")
-    t.add_argument("--steps", type=positive_int, default=600)
-    t.add_argument("--batch-size", type=positive_int, default=128)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--lr", type=positive_float, default=1e-3)
-    t.add_argument("--warmup", type=non_negative_int, default=50)
-    t.add_argument("--log-every", type=positive_int, default=50)
-    t.add_argument("--save-every", type=non_negative_int, default=250, help="also save every N steps (0: only at the end)")
-    t.add_argument("--threads", type=positive_int, default=2)
-    t.add_argument("--eval-scenes", type=non_negative_int, default=300, help="scenes per evaluation set at the end (0: none)")
 
     e = sub.add_parser("eval", help="evaluate a model on held-out scenes (flips, retrieval; seen vs unseen)")
     e.add_argument("--model", default="scenes-tiny", help="backbone spec (default scenes-tiny)")
@@ -80,23 +67,6 @@ def _generate(args) -> int:
     return 0
 
 
-def _train(args) -> int:
-    from capscore.scenes.train import TrainConfig, train
-
-    if args.steps < 1 or args.batch_size < 2:
-        raise CapscoreError(f"--steps must be >= 1 and --batch-size >= 2; got {args.steps}, {args.batch_size}")
-    out = Path(args.out)
-    if out.suffix != ".safetensors":
-        raise CapscoreError(f"--out must end in .safetensors; got {args.out!r}")
-    out = output_file(out)
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seed=args.seed, lr=args.lr,
-                      warmup=min(args.warmup, args.steps), log_every=args.log_every, save_every=args.save_every,
-                      threads=args.threads)
-    command = "capscore " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv else ""
-    train(cfg, out, command=command, eval_scenes=args.eval_scenes, log=lambda m: print(m, flush=True))
-    return 0
-
-
 def _eval(args) -> int:
     from capscore.backbones import load_backbone
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, format_report
@@ -112,4 +82,4 @@ def _eval(args) -> int:
 
 
 def run(args) -> int:
-    return {"generate": _generate, "train": _train, "eval": _eval}[args.scenes_command](args)
+    return {"generate": _generate, "eval": _eval}[args.scenes_command](args)

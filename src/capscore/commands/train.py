@@ -7,23 +7,27 @@ def configure(p) -> None:
     from capscore.train.recipes import RECIPES
 
     p.add_argument("recipe", choices=sorted(RECIPES), help="objective to train with")
-    p.add_argument("--model", default="scenes-tiny", help="backbone to start from (any --model spec)")
-    p.add_argument("--data", default="scenes:512",
-                   help="'scenes:N' (synthetic scenes, built in) or a JSONL file (fields in docs/train.md)")
+    p.add_argument("--model", default=None,
+                   help="backbone to start from (any --model spec; default scenes-tiny, for the scenes-tiny "
+                        "recipe openclip:scenes-tiny = random init from --seed)")
+    p.add_argument("--data", default=None,
+                   help="'scenes:N' (synthetic scenes, built in; default scenes:512) or a JSONL file (fields in "
+                        "docs/train.md); the scenes-tiny recipe streams fresh scenes and takes no --data")
     p.add_argument("--out", required=True, help="output folder: model.safetensors, MODEL_CARD.md, log.jsonl, checkpoints/")
-    p.add_argument("--steps", type=positive_int, default=100)
+    p.add_argument("--steps", type=positive_int, default=None, help="optimizer steps (default 100; scenes-tiny 600)")
     p.add_argument("--batch-size", type=positive_int, default=None,
-                   help="examples per micro-batch (default: the recipe's paper value, else 32)")
+                   help="examples per micro-batch (default: the recipe's paper value, else 32; scenes-tiny 128)")
     p.add_argument("--accum", type=positive_int, default=None,
                    help="gradient accumulation, micro-batches per step (default: the recipe's paper value, else 1)")
-    p.add_argument("--lr", type=positive_float, default=None, help="peak learning rate (default: the recipe's paper value)")
-    p.add_argument("--warmup", type=non_negative_int, default=10)
+    p.add_argument("--lr", type=positive_float, default=None,
+                   help="peak learning rate (default: the recipe's paper value; scenes-tiny 1e-3)")
+    p.add_argument("--warmup", type=non_negative_int, default=None, help="warm-up steps (default 10; scenes-tiny 50)")
     p.add_argument("--weight-decay", type=non_negative_float, default=None,
                    help="AdamW weight decay (default: the recipe's paper value, else 0.1)")
     p.add_argument("--betas", default=None, metavar="B1,B2",
                    help="AdamW betas (default: the recipe's paper value, else 0.9,0.98)")
     p.add_argument("--eps", type=positive_float, default=None, help="AdamW epsilon (default: the recipe's, else 1e-6)")
-    p.add_argument("--grad-clip", type=positive_float, default=None)
+    p.add_argument("--grad-clip", type=positive_float, default=None, help="clip the gradient norm (default none; scenes-tiny 1.0)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu")
     p.add_argument("--eval-every", type=non_negative_int, default=0, help="evaluate every N steps (always before and after)")
@@ -36,6 +40,22 @@ def configure(p) -> None:
 
 
 GENERIC_OPTIM = dict(lr=1e-5, weight_decay=0.1, batch_size=32, accum=1, betas=(0.9, 0.98), eps=1e-6)
+GENERIC_SCHEDULE = dict(steps=100, warmup=10, grad_clip=None, min_lr_ratio=0.0, no_decay=())
+
+
+def schedule_settings(recipe, args) -> dict:
+    """steps, warm-up, clipping, cosine floor, no-decay names: the user's value, else the recipe's
+    ``train_defaults`` (the scenes-tiny recipe's v1 values), else the generic default."""
+    from capscore.errors import CapscoreError
+
+    out = {k: getattr(args, k, None) for k in GENERIC_SCHEDULE}
+    for k, v in out.items():
+        if v is None:
+            out[k] = recipe.train_defaults.get(k, GENERIC_SCHEDULE[k])
+    if out["steps"] < 1:
+        raise CapscoreError(f"--steps must be a positive integer; got {out['steps']}")
+    out["warmup"] = min(out["warmup"], out["steps"])
+    return out
 
 
 def optimiser_settings(recipe, args) -> dict:
@@ -86,15 +106,23 @@ def run(args) -> int:
         sets[key.strip()] = value.strip()
     params = resolve_params(recipe, sets)
     langs = tuple(x for x in args.languages.split(",") if x) if recipe.name == "prmcs" else ()
-    if args.data.startswith("scenes:"):
+    if recipe.data is not None and args.data is not None:
+        raise CapscoreError(f"recipe {recipe.name!r} makes its own data (fresh synthetic scenes); drop --data")
+    model_spec = args.model or recipe.start_model or "scenes-tiny"
+    data_name = args.data or "scenes:512"
+    if recipe.data is not None:
+        examples = None
+        data_name = f"{recipe.name} stream (fresh synthetic scenes, seed {args.seed})"
+    elif data_name.startswith("scenes:"):
         try:
-            n = int(args.data.split(":", 1)[1])
+            n = int(data_name.split(":", 1)[1])
         except ValueError:
-            raise CapscoreError(f"--data {args.data!r}: expected scenes:N") from None
+            raise CapscoreError(f"--data {data_name!r}: expected scenes:N") from None
         examples = D.scene_examples(n, seed=args.seed, languages=langs)
     else:
-        examples = D.read_jsonl(args.data)
-    D.check_fields(examples, recipe.needs, recipe.name)
+        examples = D.read_jsonl(data_name)
+    if examples is not None:
+        D.check_fields(examples, recipe.needs, recipe.name)
     if recipe.name == "specs":
         examples, skipped = D.specs_units(examples, grammar=params["grammar"])
         if skipped:
@@ -102,11 +130,12 @@ def run(args) -> int:
                   f"triplet; skipped (first: {skipped[0]})", file=sys.stderr)
         D.check_fields(examples, recipe.needs, recipe.name)
     opt = optimiser_settings(recipe, args)
-    cfg = TrainConfig(steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed,
-                      device=args.device, eval_every=args.eval_every, ckpt_every=args.ckpt_every,
-                      tensorboard=args.tensorboard, **opt)
-    bb = load_backbone(args.model, device=args.device, seed=args.seed)
+    cfg = TrainConfig(seed=args.seed, device=args.device, eval_every=args.eval_every, ckpt_every=args.ckpt_every,
+                      tensorboard=args.tensorboard, **schedule_settings(recipe, args), **opt)
+    bb = load_backbone(model_spec, device=args.device, seed=args.seed)
     state = recipe.prepare(bb, params)
+    if recipe.data is not None:
+        examples = recipe.data(bb, params, seed=args.seed)
     evaluate = None
     if args.eval_scenes:
         evaluate = scene_evaluator(args.eval_scenes, languages=("en", *langs),
@@ -123,12 +152,33 @@ def run(args) -> int:
     path = export_model(bb, out / "model.safetensors")
     from dataclasses import asdict
 
-    write_model_card(out, recipe=recipe.name, citation=recipe.citation, base_model=args.model, params=params,
-                     config=asdict(cfg), evals=res.evals, model_path=str(path), data=args.data,
-                     command="capscore " + " ".join(sys.argv[1:]))
+    command = "capscore " + " ".join(sys.argv[1:])
+    write_model_card(out, recipe=recipe.name, citation=recipe.citation, base_model=model_spec, params=params,
+                     config=asdict(cfg), evals=res.evals, model_path=str(path), data=data_name, command=command)
+    if recipe.export == "scenes-tiny":  # also the bundled format (fp16) and the flip evaluation
+        _export_scenes_tiny(bb, out, params, cfg, command, args.eval_scenes)
     last = res.history[-1] if res.history else {}
     print(f"trained {recipe.name} for {cfg.steps} steps (final loss {last.get('loss', float('nan')):.4f}); "
           f"load with --model ckpt:{path}")
     for e in res.evals:
         print("  eval", " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in e.items()))
     return 0
+
+
+def _export_scenes_tiny(bb, out, params, cfg, command, eval_scenes: int) -> None:
+    """OUT/scenes-tiny.safetensors (fp16, a drop-in for capscore/scenes/weights/) and, with
+    --eval-scenes N, ``capscore scenes eval``'s table on N held-out scenes in OUT/scenes-eval.json."""
+    import json
+    from dataclasses import asdict
+
+    from capscore.train.scenes_tiny import export_bundled
+
+    path = out / "scenes-tiny.safetensors"
+    export_bundled(bb, path, {"config": json.dumps(asdict(cfg)), "params": json.dumps(params), "command": command})
+    print(f"bundled format: {path} ({path.stat().st_size / 1e6:.1f} MB, fp16)")
+    if eval_scenes:
+        from capscore.scenes.evaluate import evaluate_scenes, format_report
+
+        res = evaluate_scenes(bb, n=eval_scenes)
+        print(format_report(res))
+        (out / "scenes-eval.json").write_text(json.dumps(res, indent=1) + "\n")

@@ -28,7 +28,7 @@ def backbone_from_file(path: str | Path, *, spec: str = ARCH):
     path = Path(path)
     if not path.is_file():
         raise CapscoreError(f"scenes-tiny weights not found at {path}; reinstall capscore or train them with "
-                            f"`capscore scenes train --out {path}`")
+                            f"`capscore train scenes-tiny --out DIR` (then DIR/scenes-tiny.safetensors)")
     logging.getLogger("root").setLevel(logging.ERROR)  # open_clip: 'No pretrained weights loaded' on root
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)  # the init is overwritten; seeding keeps the global RNG untouched

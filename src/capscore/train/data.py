@@ -51,6 +51,7 @@ class Example:
     units: tuple[str, ...] = ()  # SPECS detail units of ``caption`` (when base/detail are not given)
     perturbed_by_lang: tuple[tuple[str, tuple[str, ...]], ...] = ()  # {"lang": [...]} form of ``perturbed``
     extra: dict = field(default_factory=dict, compare=False, repr=False)  # e.g. the Scene object
+    negative: str | None = None  # a hard-negative caption of ``image`` (scenes-tiny recipe)
 
 
 def check_fields(examples: list[Example], needs: tuple[str, ...], recipe: str) -> None:

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -38,6 +39,13 @@ from capscore.errors import CapscoreError
 from capscore.train.data import Example
 
 StepFn = Callable[..., tuple[torch.Tensor, dict]]
+
+
+class ExampleStream(Protocol):
+    """Training data that is never repeated: ``batch(k, batch_size)`` is global micro-batch ``k``,
+    a pure function of (the stream's seed, k), so resume needs no data state."""
+
+    def batch(self, k: int, batch_size: int) -> list[Example]: ...
 
 
 @dataclass
@@ -58,6 +66,7 @@ class TrainConfig:
     log_every: int = 1
     device: str = "cpu"
     tensorboard: bool = False
+    no_decay: tuple[str, ...] = ()  # extra parameter-name substrings exempt from weight decay
 
 
 @dataclass
@@ -88,14 +97,16 @@ def batch_indices(k: int, n: int, cfg: TrainConfig) -> list[int]:
     return perm[pos * cfg.batch_size : (pos + 1) * cfg.batch_size].tolist()
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: torch.nn.Module, weight_decay: float, no_decay_names: tuple[str, ...] = ()) -> list[dict]:
     """Decay matrices only: not biases, norms, logit_scale, or positional embeddings
-    (the last keeps LongCLIP's frozen rows exactly frozen under AdamW)."""
+    (the last keeps LongCLIP's frozen rows exactly frozen under AdamW), nor parameters whose
+    name contains one of ``no_decay_names`` (a recipe's choice, e.g. scenes-tiny's "embedding")."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
         skip = p.ndim < 2 or "logit_scale" in name or "positional_embedding" in name
+        skip = skip or any(s in name for s in no_decay_names)
         (no_decay if skip else decay).append(p)
     if not decay and not no_decay:
         raise CapscoreError("nothing to train: every parameter is frozen")
@@ -111,6 +122,35 @@ def encode_texts(backbone: Backbone, texts: list[str]) -> torch.Tensor:
         x[i, : len(r)] = torch.tensor(r)
     lengths = torch.tensor([len(r) for r in ids])
     return backbone.forward_texts(x.to(backbone.device), lengths)[0]
+
+
+def encode_texts_bucketed(backbone: Backbone, texts: list[str], *, chunk: int = 64, tokens: bool = False):
+    """Like :func:`encode_texts`, but over length-sorted chunks each padded to its own longest
+    (exact for towers with ``pad_to_longest_exact``: pads are never attended to). Captions of
+    ~8 to ~60 tokens padded to one longest waste most of the text compute.
+
+    Returns (B, D) in input order; with ``tokens=True`` also (B, L, D) token features (zeros
+    past each text's length, L = the longest) and the (B,) lengths — FILIP's inputs.
+    """
+    ids = [backbone.truncate(r) for r in backbone.tokenize(texts)]
+    lengths = torch.tensor([len(r) for r in ids])
+    x = torch.full((len(ids), int(lengths.max())), backbone.pad_id, dtype=torch.long)  # (B, L)
+    for i, r in enumerate(ids):
+        x[i, : len(r)] = torch.tensor(r)
+    order = torch.argsort(lengths)
+    parts, tok_parts = [], []
+    for idx in order.split(chunk):
+        n = int(lengths[idx].max())
+        g, t = backbone.forward_texts(x[idx, :n].to(backbone.device), lengths[idx], tokens=tokens)
+        parts.append(g)
+        if tokens:
+            tok_parts.append(torch.nn.functional.pad(t, (0, 0, 0, x.shape[1] - n)))  # (b, L, D)
+    back = torch.argsort(order)
+    if not tokens:
+        return torch.cat(parts)[back]
+    tok = torch.cat(tok_parts)[back]
+    mask = torch.arange(x.shape[1])[None, :] < lengths[:, None]  # (B, L)
+    return torch.cat(parts)[back], tok * mask[..., None].to(tok.device, tok.dtype), lengths
 
 
 class PixelCache:
@@ -222,7 +262,7 @@ def _log_lines_until(log_path: Path, step: int) -> list[str]:
 def train(
     backbone: Backbone,
     step_fn: StepFn,
-    examples: list[Example],
+    examples: list[Example] | ExampleStream,
     cfg: TrainConfig,
     out: str | Path,
     *,
@@ -238,11 +278,12 @@ def train(
         torch.distributed.init_process_group("nccl" if cfg.device.startswith("cuda") else "gloo")
     main = rank == 0
     model = backbone.model
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps)
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay, tuple(cfg.no_decay)), lr=cfg.lr,
+                                  betas=cfg.betas, eps=cfg.eps)
     cuda = backbone.device.type == "cuda"
     amp_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) if cuda else None
     scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
-    params = [p for g in optimizer.param_groups for p in g["params"]]
+    params = [p for p in model.parameters() if p.requires_grad]  # model order: the clip norm's sum order
     state = dict(state or {})
     start, result = 0, TrainResult(cfg.steps, state=state)
     ckpts, log_path = out / "checkpoints", out / "log.jsonl"
@@ -293,8 +334,10 @@ def train(
         totals: dict[str, float] = {}
         for micro in range(cfg.accum):
             k = step * cfg.accum + micro  # global micro-batch index: fixes data and draws
-            idx = batch_indices(k, len(examples), cfg)[rank::world]
-            batch = [examples[i] for i in idx]
+            if isinstance(examples, list):
+                batch = [examples[i] for i in batch_indices(k, len(examples), cfg)[rank::world]]
+            else:  # a stream: micro-batch k is a pure function of (its seed, k), e.g. fresh synthetic scenes
+                batch = examples.batch(k, cfg.batch_size)[rank::world]
             rng = random.Random(f"{cfg.seed}|{k}")
             with torch.autocast("cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
                 loss, parts = step_fn(backbone, batch, step=step, state=state, rng=rng, pixels=pixels)

@@ -12,6 +12,9 @@ where the paper has several terms). ``scale`` is the multiplicative logit scale
 ``distillation_loss``          multilingual teacher distillation (Kim et al., 2023, 3.1;
                                Carlsson et al., M-CLIP, 2022)
 ``pacs_loss``                  PAC-S positive-augmented contrastive (Sarto et al., 2023, eq. 2)
+``hard_negative_contrastive_``  CLIP InfoNCE + one hard-negative caption per image as extra
+``loss``                         image→text columns (the scenes-tiny recipe)
+``filip_loss``                 FILIP token-wise max-similarity contrastive (Yao et al., 2021, 3.1)
 =============================  =========================================================
 """
 from __future__ import annotations
@@ -270,3 +273,92 @@ def pacs_loss(
     gv = lambda_v * infonce(gen_image, text)
     gt = lambda_t * infonce(image, gen_text)
     return PacsLoss(real + gv + gt, real, gv, gt)
+
+
+# ----------------------------------------------------------------------------- hard negatives
+def hard_negative_contrastive_loss(
+    image: torch.Tensor, text: torch.Tensor, negatives: torch.Tensor, scale
+) -> tuple[torch.Tensor, dict]:
+    """CLIP InfoNCE with one hard-negative caption per image as extra image→text columns
+    (the bundled scenes-tiny recipe; the negatives are NegCLIP-style controlled edits).
+
+    image, text, negatives: (B, D); row i of ``text`` matches image i, row i of ``negatives``
+    is a false caption of image i.
+
+      i2t = scale · cos(image, [text; negatives])     (B, 2B)   every caption is a candidate
+      t2i = scale · cos(text, image)                  (B, B)    negatives are not queries
+      L = ½ [CE(i2t, arange B) + CE(t2i, arange B)]
+
+    Returns (loss, {"i2t_acc", "hardneg_acc"}): batch image→text accuracy over all 2B
+    columns and the share of images whose positive beats their own hard negative.
+    (The products are written as in capscore's first scenes trainer, so the bundled
+    model's run is reproduced bit for bit; see tests/test_train_scenes_tiny.py.)
+    """
+    s = _as_scale(scale)
+    img, pos, neg = _unit(image), _unit(text), _unit(negatives)
+    target = torch.arange(img.shape[0], device=img.device)
+    i2t = s * img @ torch.cat([pos, neg]).T  # (B, 2B)
+    t2i = s * pos @ img.T  # (B, B)
+    loss = (F.cross_entropy(i2t, target) + F.cross_entropy(t2i, target)) / 2
+    with torch.no_grad():
+        stats = {"i2t_acc": (i2t.argmax(1) == target).float().mean().item(),
+                 "hardneg_acc": ((img * pos).sum(1) > (img * neg).sum(1)).float().mean().item()}
+    return loss, stats
+
+
+# ----------------------------------------------------------------------------- FILIP
+def filip_similarity(
+    image_tokens: torch.Tensor, text_tokens: torch.Tensor, text_mask: torch.Tensor,
+    image_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """FILIP's token-wise maximum similarity (Yao et al., 2021, "FILIP: Fine-grained
+    Interactive Language-Image Pre-Training", ICLR 2022, section 3.1,
+    "cross-modal late interaction").
+
+    image_tokens (Bi, N, D) patch tokens; text_tokens (Bt, L, D) token features, both in
+    the joint space (normalised here); text_mask (Bt, L) True on real tokens (padding is
+    excluded, as in the paper: "the number of non-padded tokens"); image_mask (Bi, N)
+    optional (FILIP drops image patches only for speed; all patches count by default).
+    With c[i, j, k, r] = cos(patch k of image i, token r of text j):
+
+      s_i2t[i, j] = mean_k  max_r c[i, j, k, r]    image→text: each patch's best token
+      s_t2i[i, j] = mean_r  max_k c[i, j, k, r]    text→image: each token's best patch
+
+    Returns (s_i2t, s_t2i), both (Bi, Bt). Open choices: the start/end tokens count as
+    tokens (the paper's "non-padded tokens" includes them); the class token is not a patch.
+    """
+    x = _unit(image_tokens)
+    y = _unit(text_tokens)
+    tm = text_mask.to(torch.bool)
+    c = torch.einsum("ind,tld->itnl", x, y)  # (Bi, Bt, N, L)
+    neg_inf = torch.finfo(c.dtype).min
+    best_token = c.masked_fill(~tm[None, :, None, :], neg_inf).amax(dim=3)  # (Bi, Bt, N)
+    if image_mask is None:
+        s_i2t = best_token.mean(dim=2)
+        best_patch = c.amax(dim=2)  # (Bi, Bt, L)
+    else:
+        im = image_mask.to(torch.bool)
+        s_i2t = (best_token * im[:, None, :]).sum(2) / im.sum(1, keepdim=True).clamp(min=1)
+        best_patch = c.masked_fill(~im[:, None, :, None], neg_inf).amax(dim=2)
+    s_t2i = (best_patch * tm[None]).sum(2) / tm.sum(1)[None].clamp(min=1)  # (Bi, Bt)
+    return s_i2t, s_t2i
+
+
+def filip_loss(
+    image_tokens: torch.Tensor, text_tokens: torch.Tensor, text_mask: torch.Tensor, scale
+) -> torch.Tensor:
+    """FILIP's contrastive loss (Yao et al., 2021, section 3.1: the CLIP InfoNCE with the
+    token-wise similarities of :func:`filip_similarity`): image i's query over the texts uses s_i2t, text j's query
+    over the images uses s_t2i. Texts beyond the first Bi rows (e.g. hard negatives) are
+    extra image→text columns only, as in :func:`hard_negative_contrastive_loss`.
+
+      L = ½ [CE(scale · s_i2t, arange Bi) + CE(scale · s_t2iᵀ[:Bi], arange Bi)]
+
+    ``scale`` is the model's logit scale (FILIP learns one temperature; capscore shares
+    CLIP's, so the global and the dense term see the same one).
+    """
+    s = _as_scale(scale)
+    s_i2t, s_t2i = filip_similarity(image_tokens, text_tokens, text_mask)
+    n = image_tokens.shape[0]
+    target = torch.arange(n, device=s_i2t.device)
+    return 0.5 * (F.cross_entropy(s * s_i2t, target) + F.cross_entropy(s * s_t2i[:, :n].T, target))

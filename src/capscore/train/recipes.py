@@ -20,6 +20,8 @@ hyper-parameters with defaults (``--set key=value`` overrides them), a
                  data's human-written ``perturbed`` captions); every batch mixes English
                  and the translations; the image tower is frozen throughout
 ``pacs``         PAC-S: real pairs + generated images + generated captions
+``scenes-tiny``  the bundled model from scratch: fresh synthetic scenes, one hard-negative
+                 caption per image, optional FILIP dense term (:mod:`capscore.train.scenes_tiny`)
 ===============  ========================================================================
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ import torch
 from capscore.backbones.base import Backbone
 from capscore.errors import CapscoreError, unknown_name
 from capscore.train import objectives as obj
+from capscore.train import scenes_tiny
 from capscore.train.data import Example, negative_detail
 from capscore.train.loop import encode_texts
 from capscore.train.surgery import freeze, freeze_tower, stretch_text_tower
@@ -51,6 +54,11 @@ class Recipe:
     notes: dict = field(default_factory=dict)
     # optimiser / batch defaults of the paper, used where the user passes none (``capscore train``)
     optim: dict = field(default_factory=dict)
+    # A recipe that makes its own data (a stream) and starts from its own model with its own
+    # schedule defaults (used where the user passes no option): the scenes-tiny recipe.
+    data: Callable | None = None  # (backbone, params, *, seed) -> ExampleStream
+    start_model: str | None = None  # default --model
+    train_defaults: dict = field(default_factory=dict)  # steps, warmup, grad_clip, min_lr_ratio, no_decay
 
 
 def _scale(bb: Backbone) -> torch.Tensor:
@@ -242,6 +250,11 @@ RECIPES: dict[str, Recipe] = {
                optim=dict(lr=5e-5, weight_decay=1e-2, betas=(0.9, 0.999), eps=1e-8)),
         Recipe("pacs", ("caption", "gen_image", "gen_caption"), dict(COMMON, lambda_v=0.05, lambda_t=0.05, infonce_mean=0),
                _contrastive_prepare, _pacs_step, citation="Sarto et al., CVPR 2023 (PAC-S), eq. 2"),
+        Recipe("scenes-tiny", ("caption", "negative"), dict(scenes_tiny.PARAMS), scenes_tiny.prepare,
+               scenes_tiny.step, export="scenes-tiny", data=scenes_tiny.data, start_model=scenes_tiny.START_MODEL,
+               optim=dict(scenes_tiny.OPTIM), train_defaults=dict(scenes_tiny.TRAIN_DEFAULTS),
+               citation="Radford et al., 2021 (CLIP) + one hard negative per image; optional dense term: "
+                        "Yao et al., 2021 (FILIP), section 3.1"),
     ]
 }
 

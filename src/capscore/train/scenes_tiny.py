@@ -1,0 +1,179 @@
+"""The ``scenes-tiny`` recipe: train capscore's bundled model from scratch on synthetic scenes.
+
+``capscore train scenes-tiny --out DIR`` runs it through the one loop (:mod:`capscore.train.loop`),
+so checkpoints, exact resume, logs, evaluation and the model card are those of every recipe.
+The v1 bundled model's run is this recipe with its defaults (``tests/test_train_scenes_tiny.py``
+pins a short run of it bit for bit against the trainer it replaced).
+
+* data (:class:`SceneStream`): micro-batch ``k`` is ``generate_scenes(B, seed, split="train",
+  start=k·B)`` — a pure function of (seed, k); no scene repeats, held-out (shape, colour) pairs never
+  appear, not even in negatives (:func:`capscore.scenes.make_flaw` avoids them in train scenes);
+* each image gets one positive text (the correct twin of its hard negative, the short caption, a
+  paraphrase or a prefix of the long caption, in a random template style) and one **hard negative**:
+  the same kind of caption with one controlled error, its kind drawn among ``negative_kinds`` that
+  apply to the scene — uniformly (v1) or by ``negative_weights``;
+* loss: symmetric CLIP InfoNCE with the B hard negatives as extra image→text columns
+  (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
+  ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
+  (``dense=filip``; :func:`capscore.train.objectives.filip_loss`);
+* optimisation (the loop's; this recipe's defaults in :data:`OPTIM`, :data:`TRAIN_DEFAULTS`): AdamW, no
+  weight decay on gains, biases, embeddings and the logit scale, linear warm-up then cosine decay to
+  10 % of the peak rate, gradient clipping at 1.0; fp32 on CPU; the model starts from the random
+  init of ``--model openclip:ARCH`` with ``--seed``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from capscore.backbones.base import Backbone
+from capscore.embed.images import ImageRef
+from capscore.errors import CapscoreError, param_error
+from capscore.train import objectives as obj
+from capscore.train.data import Example
+from capscore.train.loop import encode_texts_bucketed
+
+HARD_NEGATIVE_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
+CLIP_S_PREFIX = "A photo depicts "
+DENSE_TERMS = ("none", "filip")
+
+# The v1 bundled model's optimisation (its MODEL_CARD): used where the user passes no option.
+OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the loop's (0.9, 0.98), 1e-6
+TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
+PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
+              dense="none", dense_weight=0.0)
+START_MODEL = "openclip:scenes-tiny"  # random init from --seed
+
+
+def negative_mix(p: dict) -> tuple[tuple[str, ...], np.ndarray | None]:
+    """(kinds, weights or None for uniform) from the recipe parameters, checked."""
+    from capscore.scenes import ERROR_KINDS
+
+    kinds = tuple(k.strip() for k in str(p["negative_kinds"]).split(",") if k.strip())
+    bad = [k for k in kinds if k not in ERROR_KINDS]
+    if bad or not kinds:
+        raise param_error("negative_kinds", "the scenes-tiny recipe (--set)",
+                          "a comma-separated list of " + ", ".join(ERROR_KINDS), p["negative_kinds"])
+    if not str(p["negative_weights"]).strip():
+        return kinds, None
+    try:
+        w = np.array([float(x) for x in str(p["negative_weights"]).split(",")])
+    except ValueError:
+        w = np.array([])
+    if len(w) != len(kinds) or (w < 0).any() or w.sum() <= 0:
+        raise param_error("negative_weights", "the scenes-tiny recipe (--set)",
+                          f"{len(kinds)} non-negative numbers, one per negative kind, not all zero",
+                          p["negative_weights"])
+    return kinds, w
+
+
+def _positive_and_negative(scene, flaw, rng: np.random.Generator) -> tuple[str, str]:
+    """A true caption and a false one. Half the time the exact twins (one edit apart); otherwise
+    another true caption of the scene (short, paraphrase, long prefix) against the flawed twin."""
+    from capscore.scenes.captions import Caption, detail_units
+
+    style = int(rng.integers(3))
+    negative = flaw.flawed_caption.realise(style=style)
+    r = rng.random()
+    if r < 0.5:
+        return flaw.correct_caption.realise(style=style), negative
+    if r < 0.65:
+        return scene.short_caption(), negative
+    if r < 0.8:
+        para = scene.paraphrases()
+        return (para[int(rng.integers(len(para)))] if para else scene.short_caption()), negative
+    units = detail_units(scene)
+    k = int(rng.integers(1, min(len(units), 4) + 1))  # short prefixes: cheap, and well inside 77 tokens
+    return Caption(tuple(units[:k]), style=style).text, negative
+
+
+@dataclass(frozen=True)
+class SceneStream:
+    """Fresh training scenes with hard negatives; micro-batch ``k`` is a pure function of (seed, k)."""
+
+    seed: int
+    size: int = 64  # rendered image side (the model's input size)
+    kinds: tuple[str, ...] = HARD_NEGATIVE_KINDS
+    weights: np.ndarray | None = None  # None: uniform over the kinds that apply to each scene
+    prefix_p: float = 0.25  # share of pairs with the CLIP-S prompt prefix, so CLIP-S scoring sees it
+
+    def batch(self, k: int, batch_size: int) -> list[Example]:
+        from capscore.scenes import applicable_errors, generate_scenes, make_flaw
+
+        scenes = generate_scenes(batch_size, seed=self.seed, split="train", size=self.size, start=k * batch_size)
+        rng = np.random.default_rng([self.seed, k, 17])
+        out = []
+        for s in scenes:
+            ok = applicable_errors(s)
+            idx = [i for i, kind in enumerate(self.kinds) if kind in ok]
+            if not idx:  # no chosen kind applies to this scene: every scene still gets a negative
+                raise CapscoreError(f"scene {s.id}: none of the negative kinds {self.kinds} applies; "
+                                    f"add one of {sorted(ok)} to negative_kinds")
+            if self.weights is None:
+                kind = self.kinds[idx[int(rng.integers(len(idx)))]]
+            else:
+                w = self.weights[idx]
+                if w.sum() <= 0:
+                    w = np.ones(len(idx))
+                kind = self.kinds[idx[int(rng.choice(len(idx), p=w / w.sum()))]]
+            flaw = make_flaw(s, kind, rng)
+            pos, neg = _positive_and_negative(s, flaw, rng)
+            if rng.random() < self.prefix_p:
+                pos, neg = CLIP_S_PREFIX + pos, CLIP_S_PREFIX + neg
+            out.append(Example(ImageRef(image=s.render(), name=s.id), pos, source=s.id, negative=neg,
+                               extra={"scene": s, "kind": kind}))
+        return out
+
+
+def image_size(bb: Backbone) -> int:
+    size = getattr(bb.model.visual, "image_size", 64)
+    return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
+def data(bb: Backbone, p: dict, *, seed: int) -> SceneStream:
+    kinds, weights = negative_mix(p)
+    return SceneStream(seed, size=image_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]))
+
+
+def prepare(bb: Backbone, p: dict) -> dict:
+    if p["dense"] not in DENSE_TERMS:
+        raise param_error("dense", "the scenes-tiny recipe (--set)", " or ".join(map(repr, DENSE_TERMS)), p["dense"])
+    if p["dense"] != "none" and not (bb.has_patch_tokens and bb.has_token_features):
+        raise CapscoreError(f"{bb.spec}: dense={p['dense']} needs patch tokens and token features "
+                            "(an open_clip ViT with a causal text tower)")
+    negative_mix(p)
+    return {}
+
+
+def step(bb: Backbone, batch: list[Example], *, p: dict, **_) -> tuple[torch.Tensor, dict]:
+    n = len(batch)
+    px = torch.stack([bb.preprocess(e.image.image) for e in batch]).to(bb.device, bb.dtype)  # (B, 3, H, W)
+    texts = [e.caption for e in batch] + [e.negative for e in batch]  # positives, then hard negatives
+    scale = bb.logit_scale.exp()
+    if p["dense"] == "none":
+        img, _ = bb.forward_images(px)  # (B, D)
+        txt = encode_texts_bucketed(bb, texts)  # (2B, D)
+        return obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
+    img, patches = bb.forward_images(px, patches=True)  # (B, D), (B, N, D)
+    txt, tokens, lengths = encode_texts_bucketed(bb, texts, tokens=True)  # (2B, D), (2B, L, D), (2B,)
+    loss, parts = obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
+    mask = torch.arange(tokens.shape[1], device=tokens.device)[None] < lengths[:, None].to(tokens.device)
+    dense = obj.filip_loss(patches, tokens, mask, scale)
+    return loss + float(p["dense_weight"]) * dense, {**parts, "global": loss.item(), "dense": dense.item()}
+
+
+def export_bundled(bb: Backbone, path, metadata: dict) -> None:
+    """fp16 safetensors in open_clip layout: a drop-in for ``capscore/scenes/weights/`` (metadata: strings)."""
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    state = {k: v.detach().cpu().to(torch.float16).contiguous() for k, v in bb.model.state_dict().items()
+             if v.is_floating_point()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(state, str(tmp), metadata={k: str(v) for k, v in metadata.items()})
+    tmp.replace(path)
