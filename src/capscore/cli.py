@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
-import warnings
 
 COMMANDS: dict[str, str] = {
     "demo": "run the offline demo on synthetic scenes with the bundled scenes-tiny model",
@@ -24,9 +22,9 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def _available() -> dict[str, object]:
+def _available(names=COMMANDS) -> dict[str, object]:
     mods = {}
-    for name in COMMANDS:
+    for name in names:
         try:
             mods[name] = importlib.import_module(f"capscore.commands.{name}")
         except ModuleNotFoundError as e:
@@ -35,36 +33,57 @@ def _available() -> dict[str, object]:
     return mods
 
 
-def build_parser(mods: dict[str, object]) -> argparse.ArgumentParser:
+def _version() -> str:
+    from capscore import __version__
+
+    return __version__
+
+
+def build_parser(mods: dict[str, object], configure: set[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; only the subcommands in ``configure`` (default: all) get their options.
+
+    ``capscore --help`` configures none, so it imports no command's dependencies (torch).
+    """
+    from capscore.commands._args import add_common
+
     parser = argparse.ArgumentParser(prog="capscore", description="Judge, probe and train CLIP-style caption metrics.")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or warnings")
+    parser.add_argument("--version", action="version", version=f"capscore {_version()}")
+    add_common(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, mod in mods.items():
         p = sub.add_parser(name, help=COMMANDS[name], description=COMMANDS[name])
-        mod.configure(p)
+        if configure is None or name in configure:
+            add_common(p)
+            mod.configure(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capscore._log import CapscoreWarning
+    from capscore._log import close_bars, setup_logging
     from capscore.errors import CapscoreError
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    mods = _available()
-    parser = build_parser(mods)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = next((a for a in argv if a in COMMANDS), None)  # configure only the command being run
+    mods = _available([chosen] if chosen else COMMANDS)
+    parser = build_parser(mods, configure={chosen} if chosen else set())
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 2
-    logging.basicConfig(level=logging.WARNING, format="capscore: %(message)s")
-    warnings.simplefilter("ignore" if args.quiet else "once", CapscoreWarning)
-    warnings.formatwarning = lambda msg, cat, *a, **k: f"capscore: warning: {msg}\n"
+    setup_logging(quiet=args.quiet, debug=args.debug)
     try:
         return int(mods[args.command].run(args) or 0)
     except CapscoreError as e:
+        close_bars()
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
         print(f"capscore: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        close_bars()
         print("capscore: interrupted; results written so far are kept (re-run with --resume)", file=sys.stderr)
         return 130
 

@@ -28,6 +28,12 @@ class InputError(CapscoreError):
             msg += f"; got {short_repr(got)}"
         super().__init__(msg)
 
+    @classmethod
+    def from_message(cls, message: str) -> "InputError":
+        """Re-raise a message built earlier by an InputError (``where: what``)."""
+        where, _, what = message.partition(": ")
+        return cls(where, what)
+
 
 def short_repr(value: object, limit: int = 60) -> str:
     """A short, single-line copy of what was passed, for error messages."""

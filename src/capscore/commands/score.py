@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from capscore.commands._args import add_device, add_metric, add_model
 from capscore.errors import CapscoreError, InputError
 
 METRIC_CHOICES = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs", "abe")
@@ -23,26 +24,26 @@ DEFAULT_MODEL = "scenes-tiny"
 
 
 def configure(p) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="backbone, e.g. ViT-B-32/openai, ckpt:PATH.pth, hf:DIR (see `capscore models`); "
-                        f"default {DEFAULT_MODEL}")
+    add_model(p, default=DEFAULT_MODEL)
     p.add_argument("--images", required=True, metavar="DIR|MANIFEST",
                    help="folder of images (id = file stem) or a CSV/JSONL manifest with 'id' and 'path'")
     p.add_argument("--captions", required=True, nargs="+", metavar="FILE",
-                   help="captions: JSON {image_id: caption}, or JSONL/CSV with image, caption[, refs, id, system]; "
-                        "several files = several systems (named by file stem)")
-    p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]} (or JSONL/CSV image, refs)")
-    p.add_argument("--metric", default="clip-s", choices=METRIC_CHOICES, help="default clip-s")
+                   help="captions: JSON {image_id: caption | [captions]}, COCO results [{image_id, caption}], or "
+                        "JSONL/CSV with image, caption[, refs, id, system]; several files = several systems "
+                        "(named by file stem)")
+    p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]}, COCO captions_*.json, "
+                                                  "or JSONL/CSV image, refs")
+    add_metric(p, METRIC_CHOICES)
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family, '' for mcs and abe)")
-    p.add_argument("--out", required=True, metavar="FILE", help="results: .jsonl, .csv or .parquet")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="results: .jsonl, .csv, .parquet, or .json (COCO results: [{image_id, caption, score, ...}])")
     p.add_argument("--skip-bad", action="store_true",
                    help="write an error row for a bad item and go on (default: stop with an error)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run writing to --out")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="default fp32")
+    add_device(p)
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="encoder batch size (default 64)")
     p.add_argument("--chunk-size", type=int, default=2048, metavar="N",
                    help="captions scored and written per chunk (default 2048)")
@@ -64,7 +65,8 @@ def summary_path(out: Path) -> Path:
 def run(args) -> int:
     from capscore.backbones import load_backbone
     from capscore.data.captions import index_images, load_refs, read_captions
-    from capscore.report.writers import open_writer, output_format, read_rows
+    from capscore.report.writers import COLUMNS, open_writer, output_format
+    from capscore.scores.scorer import COMPONENTS
 
     for name in ("batch_size", "chunk_size"):
         if getattr(args, name) < 1:
@@ -73,8 +75,7 @@ def run(args) -> int:
         raise CapscoreError("--resume and --overwrite contradict each other; choose one")
     out = Path(args.out)
     output_format(out)
-    metric, default_prefix = _metric(args.metric)
-    prefix = default_prefix if args.prefix is None else args.prefix
+    metrics = {m: _metric(m, args.prefix) for m in args.metric}  # name -> (MetricSpec | None, prefix)
 
     # inputs: whole-file problems surface here, before any model is loaded
     images = index_images(args.images)
@@ -84,38 +85,46 @@ def run(args) -> int:
     if dup is not None:
         raise CapscoreError(f"two --captions files are named {dup!r}; the file stem names the system, "
                             "so rename one")
-    streams = [read_captions(c, images=images, refs=refs) for c in args.captions]
-    items: Iterator = itertools.chain.from_iterable(streams)
 
-    backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
-                             context_length=args.context_length,
-                             trust_remote_code=args.trust_remote_code)  # before touching --out
-    writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite)
+    def items() -> Iterator:  # a fresh pass over the inputs, once per (model, metric)
+        return itertools.chain.from_iterable(read_captions(c, images=images, refs=refs) for c in args.captions)
+
+    items()  # whole-file checks now, not after the models load
+    backbones = {m: load_backbone(m, device=args.device, dtype=args.dtype, seed=args.seed,
+                                  context_length=args.context_length, trust_remote_code=args.trust_remote_code)
+                 for m in args.model}  # before touching --out
+    columns = (COLUMNS + (("model",) if len(args.model) > 1 else ()) + (("metric",) if len(metrics) > 1 else ())
+               + (COMPONENTS if any(spec is not None and spec.needs_refs for spec, _ in metrics.values()) else ()))
+    writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite, columns=columns)
     try:
-        return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows)
+        return _run(args, backbones, metrics, out, items, writer, prior, columns)
     finally:
         if writer is not None:
             writer.close(complete=False)  # no-op after a successful close
 
 
-def _metric(name: str):
-    """(MetricSpec, default prefix); None for ABE-CLIP, which is a pair scorer, not a CLIPScore formula."""
-    if name == "abe":
-        return None, ""
-    from capscore.scores.clipscore import get_metric
+def _metric(name: str, prefix: str | None):
+    """(MetricSpec, prefix); None for ABE-CLIP, which is a pair scorer, not a CLIPScore formula."""
+    from capscore.scores.clipscore import get_metric, resolve_prefix
 
-    spec = get_metric(name)
-    return spec, spec.default_prefix
+    return (None if name == "abe" else get_metric(name)), resolve_prefix(name, prefix)
 
 
-def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -> int:
+def _one(values: list):
+    return values[0] if len(values) == 1 else values
+
+
+def _run(args, backbones, metrics, out, items, writer, prior, columns) -> int:
+    from capscore._log import progress
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.report.writers import read_rows
     from capscore.scores.scorer import Summary
 
-    quiet = getattr(args, "quiet", False)
+    combos = [(m, name) for m in backbones for name in metrics]
     config = {
-        "model": args.model, "backbone": backbone.identity, "metric": args.metric, "prefix": prefix,
+        "model": _one(list(backbones)), "backbone": _one([b.identity for b in backbones.values()]),
+        "metric": _one(list(metrics)), "prefix": _one([p for _, p in metrics.values()]),
         "images": _abs(args.images), "captions": [_abs(c) for c in args.captions],
         "refs": _abs(args.refs) if args.refs else None, "dtype": args.dtype,
     }
@@ -124,42 +133,78 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows) -
         _check_same_run(spath, config)
     _write_json(spath, {"status": "running", **config})
     cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
-    encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=False)
-    score_chunk = _abe_chunk_scorer(prefix) if metric is None else _clip_chunk_scorer(metric, prefix)
-
-    summary = Summary(metric=args.metric)
+    encoders = {m: Encoder(b, batch_size=args.batch_size, cache=cache, progress=False) for m, b in backbones.items()}
     t0 = time.perf_counter()
-    bar = None if quiet else _progress(args.captions)
-    resumed = 0
-    if prior is not None:
-        items, resumed = _skip_done(items, read_rows(prior), summary, prior)
-        if bar is not None:
-            bar.update(resumed)
-    scored = 0
-    for chunk in _chunks(items, args.chunk_size):
-        if writer is None:
-            raise CapscoreError(f"{out} is a finished Parquet file with fewer rows than the inputs have captions; "
-                                "use --overwrite to score again")
-        rows, fatal = score_chunk(chunk, encoder, skip_bad=args.skip_bad)
-        writer.write(rows)  # the rows before a fatal error are kept, so --resume can continue after a fix
-        for row in rows:
-            summary.add(row)
-        scored += len(rows)
-        if bar is not None:
-            bar.update(len(rows))
-        if fatal is not None:
-            raise fatal
-    if bar is not None:
-        bar.close()
+    prior_rows = _Peek(read_rows(prior, columns)) if prior is not None else None
+    runs, resumed, scored = [], 0, 0
+    per_input = _count_items(args.captions)
+    with progress(None if per_input is None else per_input * len(combos), desc="scoring", unit="caption") as bar:
+        for model, name in combos:
+            spec, prefix = metrics[name]
+            tag = ({"model": model} if "model" in columns else {}) | ({"metric": name} if "metric" in columns else {})
+            score_chunk = _abe_chunk_scorer(prefix) if spec is None else _clip_chunk_scorer(spec, prefix)
+            summary = Summary(metric=name)
+            todo = items()
+            if prior_rows is not None:
+                mine = prior_rows.take_while(lambda r: all(r.get(k) == v for k, v in tag.items()))
+                todo, n = _skip_done(todo, mine, summary, prior)
+                resumed += n
+                bar.update(n)
+            for chunk in _chunks(todo, args.chunk_size):
+                if writer is None:
+                    raise CapscoreError(f"{out} is a finished {writer_kind(out)} file with fewer rows than the inputs "
+                                        "have captions; use --overwrite to score again")
+                rows, fatal = [], None
+                for part in _chunks(iter(chunk), args.batch_size):  # progress per batch; writes per chunk
+                    got, fatal = score_chunk(part, encoders[model], skip_bad=args.skip_bad)
+                    rows += [r | tag for r in got]
+                    bar.update(len(got))
+                    if fatal is not None:
+                        break
+                writer.write(rows)  # the rows before a fatal error are kept, so --resume can continue after a fix
+                for row in rows:
+                    summary.add(row)
+                scored += len(rows)
+                if fatal is not None:
+                    raise fatal
+            runs.append({"model": model, "backbone": backbones[model].identity, **_summary_dict(summary)})
+    if prior_rows is not None and prior_rows.peek() is not None:
+        raise CapscoreError(f"--resume: {prior} has more rows than the inputs have captions; "
+                            "the inputs changed — use --overwrite to start again")
     if writer is not None:
         writer.close(complete=True)
     elapsed = time.perf_counter() - t0
-    result = {"status": "complete", **config, **_summary_dict(summary), "resumed_rows": resumed,
-              "scored_now": scored, "seconds": round(elapsed, 3),
-              "truncated_captions": encoder.stats.truncated}
+    totals = {"resumed_rows": resumed, "scored_now": scored, "seconds": round(elapsed, 3),
+              "truncated_captions": sum(e.stats.truncated for e in encoders.values())}
+    if len(runs) == 1:
+        result = {"status": "complete", **config, **{k: v for k, v in runs[0].items() if k not in config}, **totals}
+    else:
+        result = {"status": "complete", **config, "runs": runs, **totals}
     _write_json(spath, result)
-    _print_summary(result, out, spath)
+    _print_summary(runs, out, spath)
     return 0
+
+
+def writer_kind(out: Path) -> str:
+    return "COCO results" if out.suffix.lower() == ".json" else "Parquet"
+
+
+class _Peek:
+    """An iterator with one-item lookahead, to hand each (model, metric) its share of the earlier rows."""
+
+    _END = object()
+
+    def __init__(self, it):
+        self._it = iter(it)
+        self._next = next(self._it, self._END)
+
+    def peek(self):
+        return None if self._next is self._END else self._next
+
+    def take_while(self, pred):
+        while self._next is not self._END and pred(self._next):
+            item, self._next = self._next, next(self._it, self._END)
+            yield item
 
 
 # ------------------------------------------------------------------------------------ resume
@@ -246,60 +291,45 @@ def _clip_chunk_scorer(spec, prefix: str):
 
 def _abe_chunk_scorer(prefix: str):
     from capscore.data.records import Record
-    from capscore.scores.pairs import get_pair_scorer
-
-    scorer = get_pair_scorer("abe")  # imports capscore.scores.abe lazily
+    from capscore.scores.scorer import score_pair_records
 
     def score(chunk: list, encoder, *, skip_bad: bool):
         chunk, fatal = _split_at_fatal(chunk, skip_bad)
         records = [x for x in chunk if isinstance(x, Record)]
-        errors: dict[int, str] = {}
-        for i, rec in enumerate(records):
-            where = rec.source or f"item {rec.id}"
-            if not isinstance(rec.caption, str):
-                errors[i] = str(InputError(where, "caption is not a string", got=rec.caption))
-            elif not rec.caption.strip():
-                errors[i] = str(InputError(where, "empty caption"))
-        if errors and not skip_bad:
-            return [], CapscoreError(errors[min(errors)])
-        good = [i for i in range(len(records)) if i not in errors]
-        img_err: dict[int, str] | None = {} if skip_bad else None
-        try:  # checks (and caches) every image, so one bad file becomes one error row
-            encoder.encode_images([records[i].image for i in good], errors=img_err)
+        try:
+            scored = score_pair_records(records, encoder, "abe", prefix=prefix, skip_bad=skip_bad)
         except InputError as e:
-            return [], e
-        for j, msg in (img_err or {}).items():
-            errors[good[j]] = msg
-        good = [i for i in good if i not in errors]
-        values = scorer(encoder, [records[i].image for i in good], [prefix + records[i].caption for i in good])
-        by_index = dict(zip(good, values.tolist() if hasattr(values, "tolist") else list(values)))
-        scored = []
-        for i, rec in enumerate(records):
-            s = by_index.get(i)
-            ok = s is not None and math.isfinite(s)
-            scored.append({"id": rec.id, "image": str(rec.image.path) if rec.image.path else rec.image.where(),
-                           "caption": rec.caption if isinstance(rec.caption, str) else repr(rec.caption),
-                           "system": rec.system, "score": float(s) if ok else None,
-                           "error": None if ok else errors.get(i, "could not be scored")})
+            return [], e  # the chunk is redone on --resume
         return _merge(chunk, scored), fatal
 
     return score
 
 
 # ------------------------------------------------------------------------------------ output
-def _progress(captions):
-    from tqdm.auto import tqdm
+def _count_items(captions) -> int | None:
+    """How many captions the inputs hold, for the progress bar's total and ETA (None when unknown).
 
+    JSON files are parsed (they are loaded whole anyway); JSONL/CSV lines are
+    counted (approximate: blank lines, quoted newlines).
+    """
     total = 0
     for c in captions:
         p = Path(c)
-        if p.suffix.lower() not in (".jsonl", ".csv"):
-            total = None
-            break
-        with open(p, "rb") as f:
-            lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
-        total += lines - (p.suffix.lower() == ".csv")  # approximate: blank lines, quoted newlines
-    return tqdm(total=total, desc="scoring", unit="caption", file=sys.stderr, dynamic_ncols=True)
+        suffix = p.suffix.lower()
+        try:
+            if suffix == ".json":
+                data = json.loads(p.read_text(encoding="utf-8-sig"))
+                total += len(data) if isinstance(data, list) else sum(
+                    len(v) if isinstance(v, list) else 1 for v in data.values())
+                continue
+            if suffix not in (".jsonl", ".csv"):
+                return None
+            with open(p, "rb") as f:
+                lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+        except (OSError, ValueError, AttributeError):
+            return None  # the reader reports what is wrong with the file
+        total += lines - (suffix == ".csv")
+    return total
 
 
 def _summary_dict(summary) -> dict:
@@ -315,13 +345,20 @@ def _write_json(path: Path, obj: dict) -> None:
     tmp.replace(path)
 
 
-def _print_summary(result: dict, out: Path, spath: Path) -> None:
-    mean = "n/a" if result["mean"] is None else f"{result['mean']:.4f}"
-    print(f"{result['metric']} with {result['model']}: {result['count']} scored, {result['skipped']} skipped, "
-          f"mean {mean}")
-    if len(result["systems"]) > 1 or any(result["systems"]):
-        width = max(len(s) for s in result["systems"]) if result["systems"] else 6
-        print(f"  {'system':{width}s}  {'mean':>8s}  {'count':>7s}")
-        for name, m in result["systems"].items():
-            print(f"  {name:{width}s}  {m:8.4f}  {result['system_counts'][name]:7d}")
+def _print_summary(runs: list[dict], out: Path, spath: Path) -> None:
+    from capscore.report.tables import format_table
+
+    several = len(runs) > 1
+    table = []
+    for r in runs:
+        mean = "n/a" if r["mean"] is None else f"{r['mean']:.4f}"
+        print(f"{r['metric']} with {r['model']}: {r['count']} scored, {r['skipped']} skipped, mean {mean}")
+        head = {"model": r["model"], "metric": r["metric"]} if several else {}
+        if len(r["systems"]) > 1 or any(r["systems"]):
+            table += [{**head, "system": name, "mean": m, "count": r["system_counts"][name]}
+                      for name, m in r["systems"].items()]
+        elif several:
+            table.append({**head, "system": "", "mean": r["mean"], "count": r["count"]})
+    if table:
+        print(format_table(table))
     print(f"rows: {out}  summary: {spath}")

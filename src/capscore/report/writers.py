@@ -1,6 +1,8 @@
 """Per-item result writers (JSONL, CSV, Parquet) that survive being killed, and resume.
 
-Rows have the columns of :data:`COLUMNS`. Rows are appended chunk by chunk and
+Rows have the columns of :data:`COLUMNS`, plus any extra columns the caller
+names (``columns=``: ``model`` for several models, ``image_score``/``ref_score``
+for RefCLIP-S/RefPAC-S). Rows are appended chunk by chunk and
 flushed (and ``fsync``-ed) after each chunk, so a killed run keeps every chunk
 it finished; at most the last line can be cut short.
 
@@ -16,6 +18,10 @@ it finished; at most the last line can be cut short.
   the run finishes, the journal is converted to ``OUT.parquet`` (written to a
   temporary name, then renamed) and deleted. ``--resume`` continues the
   journal; an existing complete ``OUT.parquet`` is read back as-is.
+* JSON (``.json``) is the COCO results format, ``[{"image_id", "caption",
+  "score", ...}]``: one array, so it is journaled and converted like Parquet.
+  ``image_id`` is the item id (an integer when it is one; a ``#k`` candidate
+  suffix is dropped).
 """
 from __future__ import annotations
 
@@ -30,14 +36,15 @@ from pathlib import Path
 from capscore.errors import CapscoreError, InputError
 
 COLUMNS = ("id", "image", "caption", "system", "score", "error")
-FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".json": "json"}
+JOURNALED = ("parquet", "json")  # whole-file formats: rows go to a JSONL journal until the run ends
 
 
 def output_format(path: str | os.PathLike) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise InputError(str(path), f"unsupported --out format {suffix or '(no suffix)'!r}",
-                         expected="a .jsonl, .csv or .parquet file")
+                         expected="a .jsonl, .csv, .parquet or .json (COCO results) file")
     return FORMATS[suffix]
 
 
@@ -93,10 +100,10 @@ def complete_csv_prefix(data: bytes, n_columns: int = len(COLUMNS)) -> int:
 
 
 # ------------------------------------------------------------------------------ reading rows back
-def _row_from_json(obj: dict, where: str) -> dict:
+def _row_from_json(obj: dict, where: str, columns=COLUMNS) -> dict:
     if not isinstance(obj, dict) or any(c not in obj for c in COLUMNS):
         raise InputError(where, "not a capscore result row", expected=f"fields {', '.join(COLUMNS)}", got=obj)
-    return {c: obj[c] for c in COLUMNS}
+    return {c: obj.get(c) for c in columns}
 
 
 def _row_from_csv(fields: dict, where: str) -> dict:
@@ -106,30 +113,39 @@ def _row_from_csv(fields: dict, where: str) -> dict:
     except ValueError:
         raise InputError(where, "score is not a number", got=row["score"]) from None
     row["error"] = row["error"] or None
+    for c in ("image_score", "ref_score"):
+        if c in row:
+            row[c] = float(row[c]) if row[c] not in ("", None) else None
     return row
 
 
-def read_rows(path: str | os.PathLike) -> Iterator[dict]:
-    """Lazily read the complete rows of a result file (JSONL, CSV, Parquet, or a Parquet journal)."""
+def read_rows(path: str | os.PathLike, columns: tuple[str, ...] = COLUMNS) -> Iterator[dict]:
+    """Lazily read the complete rows of a result file (JSONL, CSV, Parquet, COCO JSON, or a journal)."""
     path = Path(path)
     fmt = "jsonl" if path.name.endswith(".partial.jsonl") else output_format(path)
+    if fmt == "json":
+        with open(path, encoding="utf-8") as f:
+            for n, obj in enumerate(json.load(f), 1):
+                yield {c: (obj.get("id", obj.get("image_id")) if c == "id" else obj.get(c)) for c in columns}
+        return
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         for batch in pq.ParquetFile(path).iter_batches(batch_size=8192):
             for row in batch.to_pylist():
-                yield {c: row.get(c) for c in COLUMNS}
+                yield {c: row.get(c) for c in columns}
         return
     # streamed as-is: open_writer's repair step has already cut an incomplete last record off
     with open(path, encoding="utf-8", newline="") as f:
         if fmt == "jsonl":
             for n, line in enumerate(f, 1):
                 if line.strip():
-                    yield _row_from_json(json.loads(line), f"{path}:{n}")
+                    yield _row_from_json(json.loads(line), f"{path}:{n}", columns)
         else:
             reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) != COLUMNS:
-                raise InputError(f"{path}:1", "not a capscore result file", expected=",".join(COLUMNS),
+            if tuple(reader.fieldnames or ()) != tuple(columns):
+                raise InputError(f"{path}:1", "not a capscore result file (or one with other columns)",
+                                 expected=",".join(columns),
                                  got=reader.fieldnames)
             for row in reader:
                 yield _row_from_csv(row, f"{path}:{reader.line_num}")
@@ -139,14 +155,15 @@ def read_rows(path: str | os.PathLike) -> Iterator[dict]:
 class RowWriter:
     """Append rows to ``path``; ``close()`` finishes the file. Use :func:`open_writer`."""
 
-    def __init__(self, path: Path, fmt: str, *, existing: bool):
+    def __init__(self, path: Path, fmt: str, *, existing: bool, columns: tuple[str, ...] = COLUMNS):
         self.path = path
         self.format = fmt
-        self.file_path = journal_path(path) if fmt == "parquet" else path
+        self.columns = tuple(columns)
+        self.file_path = journal_path(path) if fmt in JOURNALED else path
         self._f = open(self.file_path, "a", encoding="utf-8", newline="")
         self._csv = csv.writer(self._f, lineterminator="\n") if fmt == "csv" else None
         if self._csv is not None and not existing:
-            self._csv.writerow(COLUMNS)
+            self._csv.writerow(self.columns)
             self._flush()
 
     def write(self, rows: Iterable[dict]) -> None:
@@ -156,9 +173,9 @@ class RowWriter:
             if score is not None and not math.isfinite(score):
                 raise ValueError(f"non-finite score in row {row['id']!r}")  # a bug, never user input
             if self._csv is not None:
-                self._csv.writerow(["" if row[c] is None else row[c] for c in COLUMNS])
+                self._csv.writerow(["" if row.get(c) is None else row[c] for c in self.columns])
             else:
-                self._f.write(json.dumps({c: row[c] for c in COLUMNS}, ensure_ascii=False) + "\n")
+                self._f.write(json.dumps({c: row.get(c) for c in self.columns}, ensure_ascii=False) + "\n")
         self._flush()
 
     def _flush(self) -> None:
@@ -170,8 +187,9 @@ class RowWriter:
         if self._f.closed:
             return
         self._f.close()
-        if self.format == "parquet" and complete:
-            _journal_to_parquet(self.file_path, self.path)
+        if self.format in JOURNALED and complete:
+            convert = _journal_to_parquet if self.format == "parquet" else _journal_to_coco
+            convert(self.file_path, self.path, self.columns)
             self.file_path.unlink()
 
     def __enter__(self):
@@ -181,16 +199,36 @@ class RowWriter:
         self.close(complete=exc[0] is None)
 
 
-def _journal_to_parquet(journal: Path, out: Path, batch: int = 65536) -> None:
+def coco_image_id(item_id: str):
+    """A row id -> COCO ``image_id``: the part before a ``#k`` candidate suffix, an int when it is one."""
+    head = str(item_id).split("#", 1)[0]
+    return int(head) if head.isdigit() else head
+
+
+def _journal_to_coco(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS) -> None:
+    """COCO results: ``[{"image_id", "caption", "score", ...}]`` (every row column kept, ``id`` too)."""
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("[")
+        for n, row in enumerate(read_rows(journal, columns)):
+            obj = {"image_id": coco_image_id(row["id"]), **row}
+            f.write(("," if n else "") + "\n" + json.dumps(obj, ensure_ascii=False))
+        f.write("\n]\n")
+    os.replace(tmp, out)
+
+
+_PARQUET_TYPES = {"score": "float64", "image_score": "float64", "ref_score": "float64"}
+
+
+def _journal_to_parquet(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS, batch: int = 65536) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([("id", pa.string()), ("image", pa.string()), ("caption", pa.string()),
-                        ("system", pa.string()), ("score", pa.float64()), ("error", pa.string())])
+    schema = pa.schema([(c, getattr(pa, _PARQUET_TYPES.get(c, "string"))()) for c in columns])
     tmp = out.with_name(out.name + ".tmp")
     with pq.ParquetWriter(tmp, schema) as w:
         rows: list[dict] = []
-        for row in read_rows(journal):
+        for row in read_rows(journal, columns):
             rows.append(row)
             if len(rows) >= batch:
                 w.write_table(pa.Table.from_pylist(rows, schema=schema))
@@ -201,7 +239,7 @@ def _journal_to_parquet(journal: Path, out: Path, batch: int = 65536) -> None:
 
 def existing_output(path: Path) -> Path | None:
     """The file holding rows of an earlier run at ``path`` (journal first), or None when there is none."""
-    if output_format(path) == "parquet":
+    if output_format(path) in JOURNALED:
         j = journal_path(path)
         if j.exists():
             return j
@@ -210,15 +248,15 @@ def existing_output(path: Path) -> Path | None:
     return None
 
 
-def repair(path: Path) -> int:
+def repair(path: Path, columns: tuple[str, ...] = COLUMNS) -> int:
     """Cut a partial last record off a JSONL/CSV/journal file; returns the number of bytes removed."""
     data = path.read_bytes()
     if path.suffix.lower() == ".csv":
         header_end = data.find(b"\n") + 1
-        if header_end and data[:header_end].decode("utf-8", "replace").strip() != ",".join(COLUMNS):
-            raise InputError(f"{path}:1", "not a capscore result file; refusing to cut it",
-                             expected=",".join(COLUMNS), got=data[:header_end].decode("utf-8", "replace").strip())
-        keep = header_end + complete_csv_prefix(data[header_end:]) if header_end else 0
+        if header_end and data[:header_end].decode("utf-8", "replace").strip() != ",".join(columns):
+            raise InputError(f"{path}:1", "not a capscore result file with these columns; refusing to cut it",
+                             expected=",".join(columns), got=data[:header_end].decode("utf-8", "replace").strip())
+        keep = header_end + complete_csv_prefix(data[header_end:], len(columns)) if header_end else 0
     else:
         keep = complete_jsonl_prefix(data)
         first = data[: data.find(b"\n")] if keep else b""
@@ -230,7 +268,8 @@ def repair(path: Path) -> int:
     return len(data) - keep
 
 
-def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False) -> tuple[RowWriter | None, Path | None]:
+def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False,
+                columns: tuple[str, ...] = COLUMNS) -> tuple[RowWriter | None, Path | None]:
     """Prepare ``path`` for writing; returns ``(writer, file with earlier rows or None)``.
 
     Without ``resume``, an existing non-empty output is refused unless
@@ -247,14 +286,14 @@ def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: boo
             raise CapscoreError(f"{prior} already exists and is not empty; "
                                 "use --resume to continue that run or --overwrite to replace it")
         prior.unlink()
-        if fmt == "parquet" and path.exists():
+        if fmt in JOURNALED and path.exists():
             path.unlink()
         prior = None
     path.parent.mkdir(parents=True, exist_ok=True)
-    if prior is not None and prior == path and fmt == "parquet":
+    if prior is not None and prior == path and fmt in JOURNALED:
         return None, prior  # finished: nothing to append
     if prior is not None:
-        repair(prior)
+        repair(prior, columns)
         if prior.suffix.lower() == ".csv" and prior.stat().st_size == 0:
             prior = None  # even the header was cut short: start again
-    return RowWriter(path, fmt, existing=prior is not None), prior
+    return RowWriter(path, fmt, existing=prior is not None, columns=columns), prior
