@@ -83,27 +83,48 @@ def echo(message: str, *, file=None) -> None:
         print(message, file=file, flush=True)
 
 
+_bar_class = None
+
+
+def open_bar(total: int | None = None, *, desc: str, unit: str = "it", disable: bool | None = None,
+             leave: bool = False):
+    """A registered tqdm bar (total, rate, ETA) on stderr; ``close()`` it, or use :func:`progress`.
+
+    Registered bars are closed by :func:`close_bars` before the CLI prints an error.
+    ``disable`` defaults to the ``-q`` state.
+    """
+    global _bar_class
+    if _bar_class is None:
+        from tqdm.auto import tqdm
+
+        class _Bar(tqdm):
+            def close(self):
+                if self in _open_bars:
+                    _open_bars.remove(self)
+                super().close()
+
+        _bar_class = _Bar
+    bar = _bar_class(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=leave,
+                     disable=is_quiet() if disable is None else disable)
+    _open_bars.append(bar)
+    return bar
+
+
 @contextlib.contextmanager
 def progress(total: int | None = None, *, desc: str, unit: str = "it", disable: bool | None = None,
              leave: bool = False) -> Iterator:
-    """A tqdm bar (total, rate, ETA) to stderr, closed and cleared when the block exits, even on error.
+    """A bar (see :func:`open_bar`) closed and cleared when the block exits, even on error.
 
-    ``disable`` defaults to the ``-q`` state. Yields an object with ``update(n)``
-    and ``total`` (a disabled bar accepts the same calls).
+    Yields an object with ``update(n)`` (a disabled bar accepts the same calls).
     """
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=leave,
-               disable=is_quiet() if disable is None else disable)
-    _open_bars.append(bar)
+    bar = open_bar(total, desc=desc, unit=unit, disable=disable, leave=leave)
     try:
         yield bar
     finally:
-        _open_bars.remove(bar)
         bar.close()
 
 
 def close_bars() -> None:
     """Close every open bar (the CLI calls it before printing an error)."""
-    while _open_bars:
-        _open_bars.pop().close()
+    for bar in list(_open_bars):
+        bar.close()

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from pathlib import Path
 
+from capscore.commands._args import add_device, add_metric, add_model
 from capscore.errors import CapscoreError
+
+CORRELATE_METRICS = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs")
 
 
 def configure(p) -> None:
@@ -30,9 +32,8 @@ def configure(p) -> None:
     p.add_argument("--images", metavar="DIR", help="image root of the dataset")
     p.add_argument("--split", help="split of a parquet dataset folder (e.g. test, test.desc)")
     p.add_argument("--coco-captions", metavar="FILE", help="FOIL: COCO captions_val2014.json (references)")
-    p.add_argument("--model", nargs="+", default=[], metavar="M", help="backbone(s), e.g. ViT-B-32/openai")
-    p.add_argument("--metric", nargs="+", default=["clip-s"], metavar="NAME",
-                   help="clip-s, refclip-s, pac-s, refpac-s, mcs (default clip-s)")
+    add_model(p, default=None)
+    add_metric(p, CORRELATE_METRICS)
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")
     p.add_argument("--scores", metavar="FILE", help="external scores (JSONL/CSV/Parquet with id and score)")
     p.add_argument("--human", metavar="FILE", help="human scores (JSONL/CSV with id and score) for --scores")
@@ -56,8 +57,7 @@ def configure(p) -> None:
     p.add_argument("--export-items", metavar="FILE",
                    help="write the dataset's items as JSONL (id, image, caption, refs) for `capscore score`, then stop")
     p.add_argument("--skip-bad", action="store_true", help="count and skip items that cannot be scored")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="default fp32")
+    add_device(p)
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="encoder batch size (default 64)")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore)")
@@ -103,7 +103,7 @@ def run(args) -> int:
         if not args.model:
             raise CapscoreError("give --model M [M2 ...] (e.g. ViT-B-32/openai), or --scores FILE")
         results = _score_and_correlate(args, _load(args), common)
-    print(format_table(results))
+    print(format_results(results))
     if args.out:
         json_path, csv_path = write_results(results, args.out)
         print(f"wrote {json_path} and {csv_path}")
@@ -111,6 +111,7 @@ def run(args) -> int:
 
 
 def _score_and_correlate(args, ds, common):
+    from capscore._log import is_quiet, log, progress
     from capscore.backbones import load_backbone
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import Encoder, MemoryCache
@@ -122,14 +123,16 @@ def _score_and_correlate(args, ds, common):
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
-        encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=not getattr(args, "quiet", False))
-        for m in metrics:
-            results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
-                                    ref_sample=args.ref_sample or None, ref_draws=args.ref_draws,
-                                    skip_bad=args.skip_bad, **common))
+        encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=not is_quiet())
+        with progress(len(metrics), desc=f"correlate {spec}", unit="metric") as bar:
+            for m in metrics:
+                results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
+                                        ref_sample=args.ref_sample or None, ref_draws=args.ref_draws,
+                                        skip_bad=args.skip_bad, **common))
+                bar.update(1)
         st = encoder.stats
-        print(f"{spec}: encoded {st.images_encoded} images and {st.texts_encoded} texts; "
-              f"{st.images_cached} images and {st.texts_cached} texts came from the cache", file=sys.stderr)
+        log.info(f"{spec}: encoded {st.images_encoded} images and {st.texts_encoded} texts; "
+                 f"{st.images_cached} images and {st.texts_cached} texts came from the cache")
     return results
 
 
@@ -143,32 +146,25 @@ def _columns(results) -> list[str]:
     return cols
 
 
-def format_table(results) -> str:
+def format_results(results) -> str:
     """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100)."""
+    from capscore.report.tables import format_table
+
     if not results:
         return "(no results)"
     cols = _columns(results)
-    head = ["metric", "backbone"] + cols + ["n"]
     rows = []
     for r in results:
-        cells = [r.metric, r.backbone or "-"]
+        row = {"metric": r.metric, "backbone": r.backbone or "-"}
         for c in cols:
             s = r.get(c)
-            if s is None:
-                cells.append("")
-            elif s.ci is None:
-                cells.append(f"{s.value:.1f}")
-            else:
-                cells.append(f"{s.value:.1f} [{s.ci[0]:.1f}, {s.ci[1]:.1f}]")
-        cells.append(str(r.n))
-        rows.append(cells)
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+            row[c] = "" if s is None else f"{s.value:.1f}" if s.ci is None else \
+                f"{s.value:.1f} [{s.ci[0]:.1f}, {s.ci[1]:.1f}]"
+        rows.append(row | {"n": r.n})
     r0 = results[0]
     boot = (f"95% bootstrap intervals over {r0.n_resamples} resamples" if r0.n_resamples else "no bootstrap")
-    lines = [f"{r0.dataset} ({r0.source}); statistics ×100, {boot}, seed {r0.seed}", fmt(head),
-             fmt(["-" * w for w in widths])]
-    lines += [fmt(c) for c in rows]
+    lines = [f"{r0.dataset} ({r0.source}); statistics ×100, {boot}, seed {r0.seed}",
+             format_table(rows, indent="")]
     skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
     if skipped:
         lines.append("skipped: " + ", ".join(f"{v} {k}" for k, v in skipped.items()))

@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from capscore.commands._args import add_device, add_model
 from capscore.errors import CapscoreError
 
 DEMO_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
@@ -22,7 +23,8 @@ def configure(p) -> None:
     p.add_argument("--out", default="capscore-demo", metavar="DIR", help="output folder (default capscore-demo/)")
     p.add_argument("--n", type=int, default=60, help="number of scenes (default 60)")
     p.add_argument("--seed", type=int, default=7, help="scene seed (default 7)")
-    p.add_argument("--model", default="scenes-tiny", help="backbone (default: the bundled scenes-tiny)")
+    add_model(p, single=True, help="backbone (default: the bundled scenes-tiny)")
+    add_device(p)
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ def build_records(scenes, image_dir: Path, *, seed: int):
     return records, meta
 
 
-def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny", log=print) -> DemoResult:
+def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny", device: str = "cpu",
+             dtype: str = "fp32", log=print) -> DemoResult:
     import numpy as np
 
     from capscore.backbones import load_backbone
@@ -75,7 +78,7 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
 
     if n < 2:
         raise CapscoreError(f"--n must be >= 2; got {n}")
-    backbone = load_backbone(model)  # before touching --out: a bad --model leaves nothing behind
+    backbone = load_backbone(model, device=device, dtype=dtype)  # before touching --out: a bad --model leaves nothing behind
     out.mkdir(parents=True, exist_ok=True)
     (out / "images").mkdir(exist_ok=True)
     scenes = generate_scenes(n, seed=seed, split="all")
@@ -129,6 +132,6 @@ def format_summary(res: DemoResult, out: Path) -> str:
 
 def run(args) -> int:
     out = Path(args.out)
-    res = run_demo(out, n=args.n, seed=args.seed, model=args.model)
+    res = run_demo(out, n=args.n, seed=args.seed, model=args.model, device=args.device, dtype=args.dtype)
     print(format_summary(res, out))
     return 0

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from capscore.commands._args import add_device, add_model
+
 
 def configure(p) -> None:
-    p.add_argument("--model", required=True, help="backbone (--model grammar: see `capscore models`)")
+    add_model(p, single=True)
     p.add_argument("--image", required=True, help="image file")
     p.add_argument("--caption", required=True, help="caption text")
     p.add_argument("--word", required=True, help="a word of the caption")
@@ -18,7 +20,7 @@ def configure(p) -> None:
     p.add_argument("--refined", action="store_true", help="use the refined token t' (ABE semantic refinement)")
     p.add_argument("--k", type=int, default=5, help="number of best patches to outline (ABE's K; default 5)")
     p.add_argument("--pool", default=None, help="concept pool file for --refined (default: bundled pool)")
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--seed", type=int, default=0, help="seed for random-init architectures")
 
 
@@ -33,7 +35,7 @@ def run(args) -> int:
     if out.suffix.lower() != ".png":
         raise CapscoreError(f"--out must be a .png file; got {str(out)!r}")
     config = AbeConfig(k=args.k, pool=args.pool)
-    encoder = Encoder(load_backbone(args.model, device=args.device, seed=args.seed))
+    encoder = Encoder(load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed))
     ref = ImageRef.of(args.image)
     heat = word_heatmap(encoder, ref, args.caption, args.word, config=config, refined=args.refined)
     _, image = ref.load()

@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+from capscore.commands._args import add_device, add_model
 from capscore.errors import CapscoreError, unknown_name
 
 FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
@@ -22,8 +23,7 @@ def _scene_suites() -> dict:
 
 
 def configure(p) -> None:
-    p.add_argument("--model", action="append", required=True, metavar="SPEC",
-                   help="backbone (repeat for several), e.g. ViT-B-32/openai, scenes-tiny")
+    add_model(p)
     p.add_argument("--suite", required=True, metavar="NAME",
                    help="one of: " + ", ".join(FILE_SUITES + CAPTION_SUITES) + ", and the scenes-* suites")
     p.add_argument("--data", metavar="PATH", help="suite file (or folder of subset files, for SugarCrepe)")
@@ -39,7 +39,7 @@ def configure(p) -> None:
                    help="perturb: comma-separated perturbations")
     p.add_argument("--min-group-count", type=int, default=25, help="ARO macro: smallest group kept (default 25)")
     p.add_argument("--n-scenes", type=int, default=64, help="scenes-*: number of generated scenes (default 64)")
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
 
@@ -66,6 +66,7 @@ def _load_inputs(args):
 
 
 def run(args) -> int:
+    from capscore._log import is_quiet, progress
     from capscore.backbones import load_backbone
     from capscore.embed.engine import Encoder
     from capscore.probes import run as R
@@ -80,29 +81,37 @@ def run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    for spec in args.model:
-        backbone = load_backbone(spec, device=args.device, seed=args.seed)
-        encoder = Encoder(backbone, batch_size=args.batch_size, cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
-        common = dict(scorer=scorer, scorer_name=args.scorer, source=str(args.data or ""))
-        if kind == "scenes":
-            res = inputs(encoder, args=args, **common)
-        elif args.suite == "perturb":
-            kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-            res = R.run_perturb(encoder, inputs, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask, **common)
-        elif args.suite == "lgip":
-            res = R.run_lgip(encoder, inputs, seed=args.seed, **common)
-        elif args.suite == "specificity":
-            res = R.run_specificity(encoder, inputs, seed=args.seed, **common)
-        else:
-            res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
-                              text_only=args.suite == "sugarcrepe++", **common)
-        _write_rows(out / f"{_safe(args.suite)}__{_safe(spec)}.{args.format}", res)
-        results.append(res)
+    with progress(len(args.model), desc=f"probe {args.suite}", unit="model", leave=False) as bar:
+        for spec in args.model:
+            results.append(_probe_one(args, spec, kind, inputs, scorer, out, R, load_backbone, Encoder, is_quiet()))
+            bar.update(1)
     summary = [{"suite": r.suite, "model": r.model, "identity": r.identity, "scorer": r.scorer, "seed": r.seed,
                 "params": r.params, "source": r.source, "summary": list(r.summary)} for r in results]
     (out / f"{_safe(args.suite)}.summary.json").write_text(json.dumps(summary, indent=2, default=str))
     _print(results)
     return 0
+
+
+def _probe_one(args, spec, kind, inputs, scorer, out, R, load_backbone, Encoder, quiet):
+    """One model: encode (with progress bars over the encoding work) and run the suite."""
+    backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
+    encoder = Encoder(backbone, batch_size=args.batch_size, progress=not quiet,
+                      cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
+    common = dict(scorer=scorer, scorer_name=args.scorer, source=str(args.data or ""))
+    if kind == "scenes":
+        res = inputs(encoder, args=args, **common)
+    elif args.suite == "perturb":
+        kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+        res = R.run_perturb(encoder, inputs, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask, **common)
+    elif args.suite == "lgip":
+        res = R.run_lgip(encoder, inputs, seed=args.seed, **common)
+    elif args.suite == "specificity":
+        res = R.run_specificity(encoder, inputs, seed=args.seed, **common)
+    else:
+        res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
+                          text_only=args.suite == "sugarcrepe++", **common)
+    _write_rows(out / f"{_safe(args.suite)}__{_safe(spec)}.{args.format}", res)
+    return res
 
 
 def _write_rows(path: Path, res) -> None:
@@ -120,10 +129,11 @@ def _write_rows(path: Path, res) -> None:
 
 
 def _print(results) -> None:
-    for r in results:
-        print(f"== {r.suite} | {r.model} | scorer={r.scorer} | seed={r.seed}")
-        for s in r.summary:
-            cells = [f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()
-                     if not isinstance(v, dict)]
-            print("  " + "  ".join(cells))
+    from capscore.report.tables import format_table
+
+    rows = [{"model": r.model, **{k: v for k, v in s.items() if not isinstance(v, (dict, list))}}
+            for r in results for s in r.summary]
+    r0 = results[0]
+    print(f"== {r0.suite} | scorer={r0.scorer} | seed={r0.seed}")
+    print(format_table(rows))
     sys.stdout.flush()

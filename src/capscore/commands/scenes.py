@@ -6,6 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from capscore.commands._args import add_common, add_device, add_model
 from capscore.errors import CapscoreError
 
 
@@ -31,11 +32,14 @@ def configure(p) -> None:
     t.add_argument("--eval-scenes", type=int, default=300, help="scenes per evaluation set at the end (0: none)")
 
     e = sub.add_parser("eval", help="evaluate a model on held-out scenes (flips, retrieval; seen vs unseen)")
-    e.add_argument("--model", default="scenes-tiny", help="backbone spec (default scenes-tiny)")
+    add_model(e, single=True)
+    add_device(e)
     e.add_argument("--n", type=int, default=300, help="scenes per set (default 300)")
     e.add_argument("--seed", type=int, default=None, help="evaluation seed (default 12345)")
     e.add_argument("--prefix", default="", help="text prepended to every caption (default none)")
     e.add_argument("--out", metavar="FILE", help="also write the results as JSON")
+    for action in (g, t, e):
+        add_common(action)  # -q / --debug after the action too
 
 
 def _generate(args) -> int:
@@ -73,10 +77,13 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
+    from capscore._log import is_quiet
     from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, format_report
 
-    res = evaluate_scenes(load_backbone(args.model), n=args.n, seed=EVAL_SEED if args.seed is None else args.seed,
+    encoder = Encoder(load_backbone(args.model, device=args.device, dtype=args.dtype), progress=not is_quiet())
+    res = evaluate_scenes(encoder, n=args.n, seed=EVAL_SEED if args.seed is None else args.seed,
                           prefix=args.prefix)
     print(format_report(res))
     if args.out:

