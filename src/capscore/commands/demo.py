@@ -114,6 +114,8 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
 
 
 def format_summary(res: DemoResult, out: Path) -> str:
+    from capscore.report.tables import format_table
+
     m = res.mean_clip_s
     lines = [
         f"capscore demo — {res.n_scenes} synthetic scenes (seed {res.seed}), model {res.model}, {res.metric}",
@@ -121,10 +123,9 @@ def format_summary(res: DemoResult, out: Path) -> str:
         f"   (oracle F1 {res.oracle_f1['short']:.2f}: true but incomplete)",
         "",
         "  probe: does the correct caption outscore its twin with one controlled error?",
-        f"  {'error kind':16s}{'pairs':>6s}{'correct wins':>14s}{'mean CLIP-S gap':>17s}",
+        format_table([{"error kind": kind, "pairs": p["n"], "correct wins": f"{p['correct_wins']:.1%}",
+                       "mean CLIP-S gap": p["mean_gap"]} for kind, p in res.probe.items()], digits=3),
     ]
-    for kind, p in res.probe.items():
-        lines.append(f"  {kind:16s}{p['n']:6d}{p['correct_wins']:14.1%}{p['mean_gap']:17.3f}")
     lines += ["", f"  wrote {out}/summary.json, {out}/scores.jsonl (one row per caption, with its oracle F1) "
               f"and {out}/images/"]
     return "\n".join(lines)
