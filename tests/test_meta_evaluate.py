@@ -62,9 +62,12 @@ def test_correlate_cli_flickr8k_expert(tmp_path, make_images, tiny_backbone, cap
             caps.append(hj["caption"])
             human.append(hj["rating"])
     s = _clip_s_by_hand(enc, images, caps)
-    tau = res[0]["stats"][0]
-    assert tau["name"] == "tau_c" and res[0]["n"] == len(caps)
+    # PAC-S's Flickr8k-Expert table shows Kendall tau-b and tau-c side by side: both by default
+    assert [x["name"] for x in res[0]["stats"]] == ["tau_b", "tau_c"]
+    tau_b, tau = res[0]["stats"]
+    assert res[0]["n"] == len(caps)
     assert tau["value"] == pytest.approx(100 * st.kendalltau(s, human, variant="c").statistic, abs=1e-6)
+    assert tau_b["value"] == pytest.approx(100 * st.kendalltau(s, human, variant="b").statistic, abs=1e-6)
     assert tau["ci_low"] <= tau["value"] <= tau["ci_high"]
     rows = list(csv.DictReader(open(out / "correlate.csv")))
     assert float(rows[0]["tau_c"]) == pytest.approx(tau["value"])
@@ -167,7 +170,9 @@ def test_export_items_round_trip(tmp_path, make_images):
     assert main(["correlate", "--scores", str(tmp_path / "s.csv"), "--dataset", "flickr8k-expert", "--path", str(f),
                  "--images", str(tmp_path), "--bootstrap", "0", "--out", str(tmp_path / "o")]) == 0
     res = json.loads((tmp_path / "o" / "correlate.json").read_text())["results"][0]
-    assert res["stats"][0]["value"] == pytest.approx(100 * st.kendalltau(fake, human, variant="c").statistic)
+    vals = {x["name"]: x["value"] for x in res["stats"]}
+    assert vals["tau_c"] == pytest.approx(100 * st.kendalltau(fake, human, variant="c").statistic)
+    assert vals["tau_b"] == pytest.approx(100 * st.kendalltau(fake, human, variant="b").statistic)
 
 
 def test_constant_human_scores_fail_in_one_line(tmp_path, capsys):
@@ -187,3 +192,64 @@ def test_scenes_oracle_clip_s_correlates_with_f1():
     enc = Encoder(load_backbone("scenes-tiny"))
     res = evaluate(ds, enc, "clip-s", prefix="", n_resamples=0)
     assert res.value("tau_b") > 0 and res.value("pearson") > 0
+
+
+def _rating_set(name, human, langs=None, groups=None):
+    from capscore.data.records import Record
+    from capscore.embed.images import ImageRef
+    from capscore.meta.datasets import Rated, RatingSet
+
+    items = tuple(Rated(Record(f"c{i}", ImageRef(name="x"), "c"), float(h), group=(groups[i] if groups else f"g{i}"),
+                        lang=(langs[i] if langs else "")) for i, h in enumerate(human))
+    return RatingSet(name, "test", items)
+
+
+@pytest.mark.parametrize("name", ["flickr8k-expert", "flickr8k-cf", "composite"])
+def test_flickr8k_and_composite_default_to_tau_b_and_tau_c(name):
+    # PAC-S's Flickr8k-Expert/CF and Composite tables show Kendall tau-b AND tau-c
+    from capscore.meta.evaluate import correlate_scores
+
+    rng = np.random.default_rng(2)
+    human = rng.integers(1, 5, 40).astype(float)
+    score = human + rng.normal(0, 1, 40)
+    r = correlate_scores({f"c{i}": s for i, s in enumerate(score)}, _rating_set(name, human), metric_name="m",
+                         n_resamples=0)
+    assert [s.name for s in r.stats] == ["tau_b", "tau_c"]
+    assert r.value("tau_b") == pytest.approx(100 * st.kendalltau(score, human, variant="b").statistic)
+    assert r.value("tau_c") == pytest.approx(100 * st.kendalltau(score, human, variant="c").statistic)
+
+
+def test_m_capeval1k_defaults_to_tau_c_and_pearson_per_language():
+    # PR-MCS Tables 1 and 3: Kendall tau-c and Pearson rho for each language
+    from capscore.meta.evaluate import correlate_scores
+
+    rng = np.random.default_rng(4)
+    langs = ["en", "de", "ja"] * 20
+    human = rng.integers(1, 6, 60).astype(float)
+    score = human + rng.normal(0, 2, 60)
+    r = correlate_scores({f"c{i}": s for i, s in enumerate(score)}, _rating_set("m-capeval1k", human, langs),
+                         metric_name="mcs", n_resamples=0)
+    assert [s.name for s in r.stats] == ["de:tau_c", "en:tau_c", "ja:tau_c", "de:pearson", "en:pearson", "ja:pearson"]
+    la = np.array(langs)
+    for lang in ("en", "de", "ja"):
+        sel = la == lang
+        assert r.value(f"{lang}:tau_c") == pytest.approx(100 * st.kendalltau(score[sel], human[sel], variant="c").statistic)
+        assert r.value(f"{lang}:pearson") == pytest.approx(100 * st.pearsonr(score[sel], human[sel]).statistic)
+
+
+def test_decapbench_shows_specs_table2_columns(capsys):
+    # SPECS Table 2: PCC rho, 1 - R^2 (unfitted, x1), Kd tau, Sp tau
+    from capscore.commands.correlate import format_table
+    from capscore.meta.evaluate import correlate_scores
+
+    human = np.array([1, 2, 4, 3, 5, 2, 1, 4, 3, 5, 2, 3], dtype=float)
+    score = np.array([0.8, 0.7, 0.9, 0.75, 0.85, 0.6, 0.7, 0.95, 0.72, 0.9, 0.65, 0.8])
+    groups = [f"img{i // 3}" for i in range(12)]
+    r = correlate_scores({f"c{i}": s for i, s in enumerate(score)}, _rating_set("decapbench", human, groups=groups),
+                         metric_name="clip-s", n_resamples=0)
+    assert [s.name for s in r.stats] == ["pearson", "one_minus_r2", "tau_b", "sample_tau_b"]
+    # unfitted: scores on a 0-1 scale predicting 1-5 human scores -> far worse than the mean (> 1)
+    expected = float(((human - score) ** 2).sum() / ((human - human.mean()) ** 2).sum())
+    assert r.value("one_minus_r2") == pytest.approx(expected)
+    table = format_table([r])
+    assert f"{expected:.4g}" in table and "×1, as SPECS Table 2" in table

@@ -26,11 +26,42 @@ def test_kendall_by_hand_with_ties():
     assert S.kendall_tau(x, y, variant="c") == pytest.approx(75.0)
 
 
-def test_pearson_and_one_minus_r2_by_hand():
-    # x=[1,2,3], y=[1,2,4]: cov-sum 3, Sxx 2, Syy 42/9 -> r = 3/sqrt(84/9), R^2 = 81/84
+def test_pearson_and_fitted_one_minus_r2_by_hand():
+    # x=[1,2,3], y=[1,2,4]: cov-sum 3, Sxx 2, Syy 42/9 -> r = 3/sqrt(84/9), r^2 = 81/84
     r = 3 / math.sqrt(2 * 42 / 9)
     assert S.pearson([1, 2, 3], [1, 2, 4]) == pytest.approx(100 * r)
-    assert S.one_minus_r2([1, 2, 3], [1, 2, 4]) == pytest.approx(100 * (1 - 81 / 84))
+    assert S.one_minus_r2_fit([1, 2, 3], [1, 2, 4]) == pytest.approx(100 * (1 - 81 / 84))
+
+
+def test_specs_table2_one_minus_r2_is_unfitted_by_hand():
+    # metric m = [1, 2, 3] as predictions of human h = [1, 2, 4]: residuals 0, 0, 1 -> SS_res = 1;
+    # h-bar = 7/3, SS_tot = (16 + 1 + 25)/9 = 42/9 -> 1 - R^2 = 1 / (42/9) = 9/42, x1 (not x100)
+    assert S.one_minus_r2([1, 2, 3], [1, 2, 4]) == pytest.approx(9 / 42)
+    # a metric on another scale than the humans: m = 10*h-ish -> far worse than predicting the mean (> 1),
+    # the way Table 2 reaches 156.05 (ROUGE) and 3.30E+07 (CIDEr). h = [1, 2, 3], m = [10, 20, 30]:
+    # SS_res = 81 + 324 + 729 = 1134, SS_tot = 2 -> 567; the fitted 1 - r^2 is 0 (a perfect line).
+    assert S.one_minus_r2([10, 20, 30], [1, 2, 3]) == pytest.approx(567.0)
+    assert S.one_minus_r2_fit([10, 20, 30], [1, 2, 3]) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_specs_table2_one_minus_r2_matches_torchmetrics_r2_score():
+    # torchmetrics' r2_score(preds, target) is the unfitted R^2 (as scikit-learn's r2_score(y_true, y_pred))
+    import torch
+    from torchmetrics.functional import r2_score
+
+    rng = np.random.default_rng(5)
+    human = rng.integers(1, 6, 300).astype(float)
+    metric = 0.4 * human + rng.normal(1.0, 1.2, 300)
+    ref = 1 - float(r2_score(torch.tensor(metric), torch.tensor(human)))
+    assert S.one_minus_r2(metric, human) == pytest.approx(ref, rel=1e-9)
+    # never below the fitted value (the least-squares line is the best linear predictor)
+    assert S.one_minus_r2(metric, human) >= S.one_minus_r2_fit(metric, human) / 100 - 1e-12
+
+
+def test_unscaled_stat_is_marked():
+    s = S.correlation_stat([1, 2, 3], [1, 2, 4], "one_minus_r2")
+    assert s.value == pytest.approx(9 / 42) and "x1" in s.note
+    assert "one_minus_r2" in S.UNSCALED and "one_minus_r2_fit" not in S.UNSCALED
 
 
 def test_against_scipy_on_random_data_with_ties():
@@ -43,7 +74,7 @@ def test_against_scipy_on_random_data_with_ties():
     assert S.pearson(x, y) == pytest.approx(100 * np.corrcoef(x, y)[0, 1])
 
 
-@pytest.mark.parametrize("fn", [S.pearson, S.spearman, S.one_minus_r2, lambda a, b: S.kendall_tau(a, b, variant="c")])
+@pytest.mark.parametrize("fn", [S.pearson, S.spearman, S.one_minus_r2, S.one_minus_r2_fit, lambda a, b: S.kendall_tau(a, b, variant="c")])
 def test_constant_input_is_an_error_not_nan(fn):
     with pytest.raises(CapscoreError, match="human scores are constant"):
         fn([1, 2, 3], [2, 2, 2])

@@ -43,7 +43,8 @@ def configure(p) -> None:
     p.add_argument("--id-column", default="id", help="id column of --scores and --human (default id)")
     p.add_argument("--stats", nargs="+", metavar="STAT",
                    help="statistics instead of the dataset's conventional ones (rating datasets): tau_b tau_c "
-                        "pearson spearman one_minus_r2 sample_tau_b sample_tau_c system:KIND by_lang:KIND")
+                        "pearson spearman one_minus_r2 (SPECS Table 2, unfitted, x1) one_minus_r2_fit sample_tau_b "
+                        "sample_tau_c system:KIND by_lang:KIND")
     p.add_argument("--ties", choices=("half", "loss"), help="pairs: a metric tie counts half or as a loss "
                                                            "(default: half for Pascal-50S, loss for FOIL)")
     p.add_argument("--ref-sample", type=int, default=5, metavar="K",
@@ -103,7 +104,7 @@ def run(args) -> int:
         if not args.model:
             raise CapscoreError("give --model M [M2 ...] (e.g. ViT-B-32/openai), or --scores FILE")
         results = _score_and_correlate(args, _load(args), common)
-    print(format_results(results))
+    print(format_table(results))
     if args.out:
         json_path, csv_path = write_results(results, args.out)
         print(f"wrote {json_path} and {csv_path}")
@@ -146,9 +147,11 @@ def _columns(results) -> list[str]:
     return cols
 
 
-def format_results(results) -> str:
-    """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100)."""
-    from capscore.report.tables import format_table
+def format_table(results) -> str:
+    """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100; ×1 for
+    :data:`capscore.meta.stats.UNSCALED`), printed by the one table printer."""
+    from capscore.meta.stats import UNSCALED
+    from capscore.report.tables import format_table as print_table
 
     if not results:
         return "(no results)"
@@ -158,13 +161,16 @@ def format_results(results) -> str:
         row = {"metric": r.metric, "backbone": r.backbone or "-"}
         for c in cols:
             s = r.get(c)
-            row[c] = "" if s is None else f"{s.value:.1f}" if s.ci is None else \
-                f"{s.value:.1f} [{s.ci[0]:.1f}, {s.ci[1]:.1f}]"
+            # SPECS Table 2's 1 − R² is x1 and unbounded (0.73 ... 3.3e7): 4 significant digits, not .1f
+            f = "{:.4g}" if c.rsplit(":", 1)[-1] in UNSCALED else "{:.1f}"
+            row[c] = "" if s is None else f.format(s.value) if s.ci is None else \
+                f"{f.format(s.value)} [{f.format(s.ci[0])}, {f.format(s.ci[1])}]"
         rows.append(row | {"n": r.n})
     r0 = results[0]
     boot = (f"95% bootstrap intervals over {r0.n_resamples} resamples" if r0.n_resamples else "no bootstrap")
-    lines = [f"{r0.dataset} ({r0.source}); statistics ×100, {boot}, seed {r0.seed}",
-             format_table(rows, indent="")]
+    scale = "statistics ×100" + (" (one_minus_r2: ×1, as SPECS Table 2)" if any(
+        c.rsplit(":", 1)[-1] in UNSCALED for c in cols) else "")
+    lines = [f"{r0.dataset} ({r0.source}); {scale}, {boot}, seed {r0.seed}", print_table(rows, indent="")]
     skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
     if skipped:
         lines.append("skipped: " + ", ".join(f"{v} {k}" for k, v in skipped.items()))

@@ -12,6 +12,7 @@ from capscore.errors import CapscoreError, unknown_name
 FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
                "aro-flickr-order", "abc6k", "winoground")
 CAPTION_SUITES = ("perturb", "lgip", "specificity")
+DATA_SUITES = ("retrieval", "zeroshot")  # SPECS Table 4 / ABE-CLIP Table 2 evaluations (cosine only)
 
 
 def _scene_suites() -> dict:
@@ -25,8 +26,9 @@ def _scene_suites() -> dict:
 def configure(p) -> None:
     add_model(p)
     p.add_argument("--suite", required=True, metavar="NAME",
-                   help="one of: " + ", ".join(FILE_SUITES + CAPTION_SUITES) + ", and the scenes-* suites")
-    p.add_argument("--data", metavar="PATH", help="suite file (or folder of subset files, for SugarCrepe)")
+                   help="one of: " + ", ".join(FILE_SUITES + CAPTION_SUITES + DATA_SUITES) + ", and the scenes-* suites")
+    p.add_argument("--data", metavar="PATH", help="suite file (or folder of subset files, for SugarCrepe); retrieval: "
+                   "Karpathy-split JSON; zeroshot: class-folder root or path,label CSV")
     p.add_argument("--images", metavar="DIR", help="image root the suite's image fields are relative to")
     p.add_argument("--mapping", metavar="FILE", help="abc6k: JSON {caption: image}")
     p.add_argument("--scorer", default="cosine", choices=("cosine", "abe"), help="pair scorer (default cosine)")
@@ -39,9 +41,25 @@ def configure(p) -> None:
                    help="perturb: comma-separated perturbations")
     p.add_argument("--min-group-count", type=int, default=25, help="ARO macro: smallest group kept (default 25)")
     p.add_argument("--n-scenes", type=int, default=64, help="scenes-*: number of generated scenes (default 64)")
+    p.add_argument("--split", default="test", help="retrieval: Karpathy split of --data (default test)")
+    p.add_argument("--captions-per-image", default="5", metavar="N|all",
+                   help="retrieval: first N captions of each image (default 5, the 5K/1K-test protocol) or all")
+    p.add_argument("--templates", default=None, choices=("openai", "simple", "single", "scenes"),
+                   help="zeroshot: prompt templates (default openai = CLIP's 80; scenes-zeroshot: scenes)")
+    p.add_argument("--classnames", metavar="FILE|imagenet",
+                   help="zeroshot: class names (.txt one per line in sorted-label order, .json {label: name}, "
+                        "or imagenet); default: the labels")
     add_device(p)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
+
+
+def _per_image(value: str) -> int | None:
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise CapscoreError(f"--captions-per-image must be a positive integer or 'all'; got {value!r}")
+    return int(value)
 
 
 def _safe(name: str) -> str:
@@ -55,10 +73,19 @@ def _load_inputs(args):
     scenes = _scene_suites()
     if suite in scenes:
         return "scenes", scenes[suite]
-    if suite not in FILE_SUITES + CAPTION_SUITES:
-        raise unknown_name("suite", suite, FILE_SUITES + CAPTION_SUITES + tuple(scenes))
+    if suite not in FILE_SUITES + CAPTION_SUITES + DATA_SUITES:
+        raise unknown_name("suite", suite, FILE_SUITES + CAPTION_SUITES + DATA_SUITES + tuple(scenes))
     if not args.data:
         raise CapscoreError(f"--suite {suite} needs --data (and --images for image fields)")
+    if suite == "retrieval":
+        from capscore.probes.retrieval import load_karpathy
+
+        return "retrieval", load_karpathy(args.data, args.images, split=args.split,
+                                          captions_per_image=_per_image(args.captions_per_image))
+    if suite == "zeroshot":
+        from capscore.probes.zeroshot import load_classification
+
+        return "zeroshot", load_classification(args.data, args.images, classnames=args.classnames)
     if suite in CAPTION_SUITES:
         return "captions", load_probe_items(args.data, args.images)
     opts = {"mapping": args.mapping} if suite == "abc6k" else {}
@@ -74,8 +101,14 @@ def run(args) -> int:
 
     if args.batch_size < 1:
         raise CapscoreError(f"--batch-size must be a positive integer; got {args.batch_size}")
+    if args.suite in DATA_SUITES + ("scenes-retrieval", "scenes-zeroshot") and args.scorer != "cosine":
+        raise CapscoreError(f"--suite {args.suite} ranks by the embeddings' cosine only; got --scorer {args.scorer}")
+    if args.suite != "retrieval" and (args.split != "test" or args.captions_per_image != "5"):
+        raise CapscoreError(f"--split and --captions-per-image apply to --suite retrieval only; got --suite {args.suite}")
+    if args.suite not in ("zeroshot", "scenes-zeroshot") and (args.templates or args.classnames):
+        raise CapscoreError(f"--templates and --classnames apply to the zeroshot suites only; got --suite {args.suite}")
     kind, inputs = _load_inputs(args)  # input errors surface before any model is loaded
-    if kind != "scenes" and not inputs:
+    if kind not in ("scenes", "retrieval", "zeroshot") and not inputs:
         raise CapscoreError(f"{args.data}: no items")
     scorer = get_pair_scorer(args.scorer)
     out = Path(args.out)
@@ -100,6 +133,15 @@ def _probe_one(args, spec, kind, inputs, scorer, out, R, load_backbone, Encoder,
     common = dict(scorer=scorer, scorer_name=args.scorer, source=str(args.data or ""))
     if kind == "scenes":
         res = inputs(encoder, args=args, **common)
+    elif kind == "retrieval":
+        from capscore.probes.retrieval import run_retrieval
+
+        res = run_retrieval(encoder, inputs, source=str(args.data), seed=args.seed)
+    elif kind == "zeroshot":
+        from capscore.probes.zeroshot import run_zeroshot
+
+        res = run_zeroshot(encoder, inputs, templates=args.templates or "openai", source=str(args.data),
+                           seed=args.seed)
     elif args.suite == "perturb":
         kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
         res = R.run_perturb(encoder, inputs, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask, **common)

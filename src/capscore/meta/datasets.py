@@ -679,16 +679,21 @@ class DatasetSpec:
     ties: str = "half"  # pair datasets: how a metric tie counts
 
 
+# Default columns follow the tables that report each dataset: Flickr8k-Expert, Flickr8k-CF and Composite
+# show Kendall τ-b and τ-c side by side (PAC-S, Sarto et al. 2023, Tables "Flickr8k-Expert / Flickr8k-CF"
+# and "Composite"); DeCapBench shows PCC ρ, 1 − R² (unfitted, ×1), Kd τ and Sp τ (SPECS Table 2);
+# M-CapEval1k shows τ-c and Pearson ρ per language (PR-MCS Tables 1 and 3).
 DATASETS: dict[str, DatasetSpec] = {
     s.name: s
     for s in [
-        DatasetSpec("flickr8k-expert", "ratings", ("tau_c",),
+        DatasetSpec("flickr8k-expert", "ratings", ("tau_b", "tau_c"),
                     "--path flickr8k.json (clipscore/pacscore format), --images the Flickr8k folder",
-                    "Hodosh et al. 2013; protocol of Hessel et al. 2021 (CLIPScore), appendix A"),
-        DatasetSpec("flickr8k-cf", "ratings", ("tau_b",),
+                    "Hodosh et al. 2013; protocol of Hessel et al. 2021 (CLIPScore), appendix A; "
+                    "τ-b and τ-c as in Sarto et al. 2023 (PAC-S)"),
+        DatasetSpec("flickr8k-cf", "ratings", ("tau_b", "tau_c"),
                     "--path crowdflower_flickr8k.json, --images the Flickr8k folder",
                     "Hodosh et al. 2013; protocol of Hessel et al. 2021 (CLIPScore), appendix A"),
-        DatasetSpec("composite", "ratings", ("tau_c",),
+        DatasetSpec("composite", "ratings", ("tau_b", "tau_c"),
                     "--path composite CSV (imgid, cand|mt, refs, score), --images folder of imgid files",
                     "Aditya et al. 2015; CSV of the Polos/DENEB evaluation code"),
         DatasetSpec("pascal50s", "pairs", ("HC", "HI", "HM", "MM", "mean"),
@@ -706,16 +711,16 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("longcap-arena", "ratings", ("tau_c", "tau_b"),
                     "--path LongCap-Arena parquet file or folder (+ --split test.desc|test.rel|test.flu)",
                     "Matsuda et al. 2025 (VELA)"),
-        DatasetSpec("decapbench", "ratings", ("pearson", "tau_b", "sample_tau_b"),
+        DatasetSpec("decapbench", "ratings", ("pearson", "one_minus_r2", "tau_b", "sample_tau_b"),
                     "--path JSONL with image, caption, score; --images folder",
-                    "Ye et al. 2025 (DeCapBench / DCScore)"),
-        DatasetSpec("m-capeval1k", "ratings", ("tau_b", "tau_c", "by_lang:tau_b"),
+                    "Ye et al. 2025 (DeCapBench / DCScore); columns of SPECS Table 2"),
+        DatasetSpec("m-capeval1k", "ratings", ("by_lang:tau_c", "by_lang:pearson"),
                     "--path JSONL with image, caption, score, lang; --images folder",
-                    "M-CapEval1k-style multilingual judgments"),
-        DatasetSpec("generic", "ratings", ("tau_b", "tau_c", "pearson", "spearman", "one_minus_r2"),
+                    "M-CapEval1k (Kim et al., PR-MCS): τ-c and Pearson ρ per language, Tables 1 and 3"),
+        DatasetSpec("generic", "ratings", ("tau_b", "tau_c", "pearson", "spearman", "one_minus_r2_fit"),
                     "--path JSONL/CSV with image, caption, score[, refs, group, system, lang, id]; --images folder",
                     "your own judgments"),
-        DatasetSpec("scenes-oracle", "ratings", ("tau_b", "tau_c", "pearson", "spearman", "one_minus_r2"),
+        DatasetSpec("scenes-oracle", "ratings", ("tau_b", "tau_c", "pearson", "spearman", "one_minus_r2_fit"),
                     "no files: synthetic scenes with their ground-truth F1 as the score",
                     "capscore synthetic scenes"),
     ]

@@ -10,7 +10,8 @@ the backbone's spec and identity (weights hash, context, preprocessing), the
 prefix, the seed, the bootstrap size and every option that changes a number.
 
 Statistic names used in dataset ``columns`` (see :data:`~capscore.meta.datasets.DATASETS`):
-``tau_b``, ``tau_c``, ``pearson``, ``spearman``, ``one_minus_r2`` (item level);
+``tau_b``, ``tau_c``, ``pearson``, ``spearman``, ``one_minus_r2`` (SPECS Table 2's unfitted 1 − R², ×1),
+``one_minus_r2_fit`` (1 − r² of a fitted line, ×100) (item level);
 ``sample_tau_b`` / ``sample_tau_c`` (per group, averaged); ``system:KIND``
 (per-system means); ``by_lang:KIND`` (one column per language). Pair datasets
 report accuracies: Pascal-50S ``HC``, ``HI``, ``HM``, ``MM``, ``mean``; FOIL

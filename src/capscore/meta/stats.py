@@ -1,10 +1,13 @@
 """Agreement statistics between a metric and human (or oracle) judgments — pure functions on arrays.
 
 Every statistic is reported in points (×100), as the captioning-metric papers
-report them: Kendall τ ×100, Pearson r ×100, accuracy in %, and 1 − R² ×100
-(the percentage of the human-score variance a linear fit of the metric leaves
-unexplained). The computations are scipy's; this module only validates the
-inputs, scales, groups and bootstraps.
+report them: Kendall τ ×100, Pearson r ×100, accuracy in %, and the fitted
+1 − R² ×100 (the percentage of the human-score variance a linear fit of the
+metric leaves unexplained) — with one exception, ``one_minus_r2``, which is
+printed ×1 as SPECS Table 2 prints it (see below). The computations are scipy's
+(and, for ``one_minus_r2``, the textbook residual-sum-of-squares ratio that
+scikit-learn's ``r2_score`` computes); this module only validates the inputs,
+scales, groups and bootstraps.
 
 =====================  ======================================================================
 ``tau_b`` / ``tau_c``  Kendall τ-b / τ-c (``scipy.stats.kendalltau``, ties as scipy handles
@@ -12,7 +15,18 @@ inputs, scales, groups and bootstraps.
                        (Hessel et al. 2021, appendix A; Sarto et al. 2023).
 ``pearson``            Pearson r (``scipy.stats.pearsonr``).
 ``spearman``           Spearman ρ (``scipy.stats.spearmanr``).
-``one_minus_r2``       1 − R² of the least-squares line human ~ metric (``linregress``).
+``one_minus_r2``       DeCapBench / SPECS Table 2 "1 − R²": 1 − R² with R² the *unfitted*
+                       coefficient of determination of the metric scores taken as predictions
+                       of the human scores, R² = 1 − Σ(h − m)² / Σ(h − h̄)² (scikit-learn's
+                       ``r2_score(human, metric)``), so 1 − R² = Σ(h − m)² / Σ(h − h̄)²,
+                       unbounded above. Scale ×1 (not points), as the table prints it: its
+                       values 3.65 (SPECS), 1.54 (DCScore), 156.05 (ROUGE), 3.30E+07 (CIDEr)
+                       cannot be ×100 fractions — 1 − R² ×100 ≥ 100·(1 − ρ²), which would be
+                       ≥ 72.7 for SPECS's ρ = 0.5228. Metric scores enter as they come (no
+                       rescaling), so the value depends on the metric's scale (CLIP-S w = 2.5).
+``one_minus_r2_fit``   1 − R² of the least-squares line human ~ metric (``linregress``) ×100,
+                       i.e. 100·(1 − r²) ∈ [0, 100]: the share of human-score variance a
+                       linear fit of the metric leaves unexplained.
 ``sample_tau``         sample-wise τ: τ within each group (image), averaged over groups
                        ("Sp τ" of DeCapBench / SPECS). Groups with < 2 items or a constant
                        metric or human score inside the group have no τ and are left out of
@@ -47,12 +61,15 @@ from scipy import stats as st
 
 from capscore.errors import CapscoreError, unknown_name
 
-CORRELATIONS = ("tau_b", "tau_c", "pearson", "spearman", "one_minus_r2")
+CORRELATIONS = ("tau_b", "tau_c", "pearson", "spearman", "one_minus_r2", "one_minus_r2_fit")
+#: Statistics reported on their own scale (×1) rather than in points (×100).
+UNSCALED = frozenset({"one_minus_r2"})
 
 
 @dataclass(frozen=True)
 class Stat:
-    """One reported number: ``value`` in points (×100), its bootstrap interval, and how many items."""
+    """One reported number: ``value`` in points (×100; ×1 for the names in :data:`UNSCALED`), its
+    bootstrap interval, and how many items."""
 
     name: str
     value: float
@@ -103,6 +120,8 @@ def _raw(kind: str, x: np.ndarray, y: np.ndarray) -> float:
         if kind == "spearman":
             return 100 * float(st.spearmanr(x, y).statistic)
         if kind == "one_minus_r2":
+            return unfitted_one_minus_r2(x, y)
+        if kind == "one_minus_r2_fit":
             return 100 * (1 - float(st.linregress(x, y).rvalue) ** 2)
     raise unknown_name("statistic", kind, CORRELATIONS)
 
@@ -130,9 +149,24 @@ def spearman(metric, human) -> float:
     return correlation(metric, human, kind="spearman")
 
 
+def unfitted_one_minus_r2(metric: np.ndarray, human: np.ndarray) -> float:
+    """Σ(h − m)² / Σ(h − h̄)² on validated arrays: 1 − R² with R² = ``r2_score(y_true=human, y_pred=metric)``.
+
+    DeCapBench's "1 − R²" as SPECS Table 2 reports it (×1). A metric that predicts every human
+    score exactly gives 0; one that predicts the human mean gives 1; anything worse, more than 1.
+    """
+    return float(np.sum((human - metric) ** 2) / np.sum((human - human.mean()) ** 2))
+
+
 def one_minus_r2(metric, human) -> float:
-    """1 − R² ×100 of the least-squares line human ≈ a + b·metric."""
+    """SPECS Table 2 "1 − R²" (×1, unbounded): Σ(h − m)² / Σ(h − h̄)², metric scores as predictions of
+    human scores with no fitted line (scikit-learn's ``1 - r2_score(human, metric)``)."""
     return correlation(metric, human, kind="one_minus_r2")
+
+
+def one_minus_r2_fit(metric, human) -> float:
+    """1 − r² ×100 of the least-squares line human ≈ a + b·metric (in [0, 100])."""
+    return correlation(metric, human, kind="one_minus_r2_fit")
 
 
 # ------------------------------------------------------------------------------------ sample-wise τ
@@ -269,7 +303,8 @@ def correlation_stat(metric, human, kind: str, *, n_resamples: int = 0, seed: in
     x, y = _paired(metric, human)
     ci = bootstrap_ci(lambda a, b: _raw(kind, a, b), (x, y), n_resamples=n_resamples, seed=seed,
                       confidence=confidence)
-    return Stat(kind, _raw(kind, x, y), ci, int(x.size))
+    note = "x1, unfitted (SPECS Table 2 scale)" if kind in UNSCALED else ""
+    return Stat(kind, _raw(kind, x, y), ci, int(x.size), note)
 
 
 def sample_tau_stat(metric, human, groups: Sequence, *, variant: str = "b", n_resamples: int = 0,

@@ -11,6 +11,10 @@ scenes-specificity     SPECS SR_pos / SR_neg over the scene's exact detail units
                        unit at each step is a detail unit of another scene that the oracle
                        finds entirely false (precision 0) for this scene
 scenes-perturb         PR-MCS perturbations; critical objects = the scene's shape words
+scenes-retrieval       image<->text R@1/5/10 over held-out scenes, 5 captions each (the short
+                       caption + 4 paraphrases), as Flickr30K / MSCOCO retrieval
+scenes-zeroshot        zero-shot shape (6 classes) and colour (8 classes) of single-object scenes
+                       (split "all": unseen images, shape and colour independent)
 =====================  ===================================================================
 
 Scenes come from ``generate_scenes(n, seed=seed, split="heldout")`` so a model trained on
@@ -106,3 +110,77 @@ SCENE_SUITES = {
     "scenes-specificity": run_scenes_specificity,
     "scenes-perturb": run_scenes_perturb,
 }
+
+
+# ============================================================================ retrieval and zero-shot
+N_PARAPHRASES = 4  # short caption + 4 paraphrases = 5 captions per image, as Flickr30K / MSCOCO
+
+
+def retrieval_set(scenes):
+    """Images and their captions: the short caption plus up to ``N_PARAPHRASES`` paraphrases each."""
+    from capscore.embed.images import ImageRef
+    from capscore.probes.retrieval import RetrievalSet
+
+    refs, names, texts, owner = [], [], [], []
+    for k, s in enumerate(scenes):
+        caps = [s.short_caption()] + list(s.paraphrases(n=N_PARAPHRASES))
+        refs.append(ImageRef(image=s.render(), name=f"scene {s.id}"))
+        names.append(s.id)
+        texts += caps
+        owner += [k] * len(caps)
+    counts = np.bincount(owner, minlength=len(scenes))
+    info = {"dataset": "scenes", "split": SPLIT, "n_images": len(refs), "n_texts": len(texts),
+            "captions_per_image": f"short caption + up to {N_PARAPHRASES} paraphrases",
+            "min_captions_per_image": int(counts.min()), "max_captions_per_image": int(counts.max())}
+    return RetrievalSet(tuple(refs), tuple(names), tuple(texts), tuple(owner), info)
+
+
+def _article(phrase: str) -> str:
+    return ("an " if phrase[0] in "aeiou" else "a ") + phrase
+
+
+def zeroshot_sets(scenes):
+    """Two tasks on single-object scenes: the shape (6 classes) and the colour (8 classes) of the object.
+
+    Class names are the English scenes lexicon's words with their article ("a circle"; colours as
+    "a red object"), to be read through the ``scenes`` templates ("A picture of {}.").
+    """
+    from capscore.embed.images import ImageRef
+    from capscore.probes.zeroshot import ClassificationSet
+    from capscore.scenes import COLOR_NAMES, SHAPES
+    from capscore.scenes.lexicon import English
+
+    refs = tuple(ImageRef(image=s.render(), name=f"scene {s.id}") for s in scenes)
+    names = tuple(s.id for s in scenes)
+    out = []
+    for task, classes, attr, word in (
+        ("shape", SHAPES, "shape", lambda c: _article(English.shapes[c][0])),
+        ("color", COLOR_NAMES, "color", lambda c: _article(f"{English.colors[c]} object")),
+    ):
+        labels = tuple(classes.index(getattr(s.objects[0], attr)) for s in scenes)
+        info = {"dataset": "scenes", "split": ZEROSHOT_SPLIT, "objects_per_scene": 1, "n_images": len(refs),
+                "n_classes": len(classes)}
+        out.append((task, ClassificationSet(refs, names, labels, tuple(word(c) for c in classes), info)))
+    return out
+
+
+ZEROSHOT_SPLIT = "all"  # unseen images; shape and colour drawn independently (held-out scenes tie them)
+
+
+def run_scenes_retrieval(encoder, *, args, **common):
+    from capscore.probes.retrieval import run_retrieval
+
+    return run_retrieval(encoder, retrieval_set(_scenes(args.n_scenes, args.seed)), suite="scenes-retrieval",
+                         source=common.get("source", ""), seed=args.seed)
+
+
+def run_scenes_zeroshot(encoder, *, args, **common):
+    from capscore.probes.zeroshot import run_zeroshot
+    from capscore.scenes import generate_scenes
+
+    scenes = generate_scenes(args.n_scenes, seed=args.seed, split=ZEROSHOT_SPLIT, min_objects=1, max_objects=1)
+    return run_zeroshot(encoder, zeroshot_sets(scenes), templates=getattr(args, "templates", None) or "scenes",
+                        suite="scenes-zeroshot", source=common.get("source", ""), seed=args.seed)
+
+
+SCENE_SUITES.update({"scenes-retrieval": run_scenes_retrieval, "scenes-zeroshot": run_scenes_zeroshot})
