@@ -13,42 +13,66 @@ CAP = "a dog chases a cat on the grass"
 def test_p1_repetition_removal_masking():
     assert perturb("a dog runs", "repetition", p=1.0).text == "a a dog dog runs runs"
     assert perturb("a dog runs", "masking", p=1.0, mask="<m>").text == "<m> <m> <m>"
+    # Algorithm 1: removal keeps the drawn words -> with every word drawn nothing is removed
     r = perturb("a dog runs", "removal", p=1.0)
-    assert r.text is None and "empty" in r.reason  # reported, not silently dropped
+    assert r.text is None and r.unchanged
+    r = perturb("a dog runs", "removal", p=1.0, removal="drop-drawn")  # §5.2 prose reading
+    assert r.text is None and not r.unchanged and "empty" in r.reason  # reported, not silently dropped
 
 
-def test_p0_without_forced_change_is_not_perturbable():
-    r = perturb("a dog runs", "masking", p=0.0, ensure_change=False)
-    assert not r.ok and "no word drawn" in r.reason
+def test_p0_leaves_the_caption_unchanged_as_algorithm_1():
+    r = perturb("a dog runs", "masking", p=0.0)
+    assert not r.ok and r.unchanged and "no word drawn" in r.reason
+    r = perturb("a dog runs", "removal", p=0.0)  # Algorithm 1 would emit an empty caption
+    assert not r.ok and not r.unchanged
 
 
-def test_p0_forces_exactly_one_word():
-    # ensure_change: no draw succeeded -> one index from rng.randrange(n) after n rng.random() calls
-    rng = random.Random("0|masking|a dog runs")
-    [rng.random() for _ in range(3)]
+def test_p0_ensure_change_forces_exactly_one_word():
+    # ensure_change: no draw succeeded -> one index from rng.randrange(n) after Algorithm 1's 2 draws per word
+    rng = random.Random("0|rep_rem_mask|a dog runs")
+    [rng.random() for _ in range(6)]
     k = rng.randrange(3)
     words = ["a", "dog", "runs"]
     words[k] = "[MASK]"
-    assert perturb("a dog runs", "masking", p=0.0).text == " ".join(words)
+    assert perturb("a dog runs", "masking", p=0.0, ensure_change=True).text == " ".join(words)
 
 
-# ------------------------------------------------------------------ seeded draws, reproduced from the documented recipe
-@pytest.mark.parametrize("seed", [0, 1, 7])
-def test_seeded_masking_follows_documented_draws(seed):
-    rng = random.Random(f"{seed}|masking|{CAP}")
+class _Seq:
+    """A stand-in generator returning a fixed sequence of numbers."""
+
+    def __init__(self, xs):
+        self.xs = list(xs)
+
+    def random(self):
+        return self.xs.pop(0)
+
+
+def test_algorithm_1_draws_by_hand():
+    # p = 0.4 -> threshold 0.6. Word a: 0.7 > 0.6 drawn. b: 0.1 not drawn, then the elif draw 0.9 (unused).
+    # c: 0.65 drawn. d: 0.6 is not > 0.6, then 0.2. Drawn: a, c. (Without the elif draw, b would get 0.1,
+    # c 0.9 and d 0.65: drawn c, d -- a different caption.)
+    seq = [0.7, 0.1, 0.9, 0.65, 0.6, 0.2]
+    assert perturb("a b c d", "repetition", rng=_Seq(seq)).text == "a a b c c d"
+    assert perturb("a b c d", "masking", rng=_Seq(seq)).text == "[MASK] b [MASK] d"
+    assert perturb("a b c d", "removal", rng=_Seq(seq)).text == "a c"  # Alg. 1 keeps the drawn words
+    assert perturb("a b c d", "removal", rng=_Seq(seq), removal="drop-drawn").text == "b d"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7, 11])
+def test_repetition_removal_masking_share_one_draw_per_word(seed):
+    rep = perturb(CAP, "repetition", seed=seed)
+    mask = perturb(CAP, "masking", seed=seed)
+    rem = perturb(CAP, "removal", seed=seed)
     words = CAP.split()
-    sel = [rng.random() < 0.4 for _ in words]
-    if not any(sel):
-        sel[rng.randrange(len(words))] = True
-    expected = " ".join("[MASK]" if s else w for s, w in zip(sel, words))
-    assert perturb(CAP, "masking", seed=seed).text == expected
-    assert perturb(CAP, "masking", seed=seed).text == perturb(CAP, "masking", seed=seed).text
+    masked = [i for i, w in enumerate(mask.text.split()) if w == "[MASK]"]
+    assert set(rep.positions) == set(masked)
+    assert rem.text == " ".join(words[i] for i in masked)  # removal keeps exactly the masked (drawn) words
+    assert perturb(CAP, "masking", seed=seed).text == mask.text  # deterministic
 
 
-def test_fixed_seed_hand_checked_outputs():
-    # seed 1: draws < 0.4 at words 1 ("dog") and 6 ("the") for masking
-    assert perturb(CAP, "masking", seed=1).text == "a [MASK] chases a cat on [MASK] grass"
-    assert perturb(CAP, "removal", seed=1).text == "a on the"
+def test_bad_removal_mode():
+    with pytest.raises(CapscoreError, match="'removal' parameter"):
+        perturb(CAP, "removal", removal="drop")
 
 
 def test_jumble_changes_order_keeps_multiset():

@@ -37,21 +37,71 @@ def test_empty_tables_are_nan_not_zero():
 
 
 # ------------------------------------------------------------------ SPECS specificity rate
-def test_specificity_rates_by_hand():
+NAN = float("nan")
+PREFIX = [
+    [0.20, 0.25, 0.24, 0.30],  # steps: up, down, up -> SR_pos 2/3
+    [0.10, 0.20, 0.30],  # up, up -> 1
+    [0.50, 0.60],  # 1 step: up -> 1
+]
+WRONG = [
+    [0.19, 0.26, 0.20],  # prefix beats wrong: yes, no, yes -> 2/3
+    [0.05, NAN],  # one valid step: yes -> 1
+    [0.40],  # yes -> 1
+]
+
+
+def test_specificity_rates_triplets_and_images_by_hand():
+    r = M.specificity_rates(PREFIX, WRONG)
+    # eq. 1 as printed: 5 of the 6 positive triplets go up; per image: (2/3 + 1 + 1) / 3
+    assert r.pos.triplets == pytest.approx(5 / 6) and r.pos.n_triplets == 6 and r.pos.n_correct == 5
+    assert r.pos.images == pytest.approx((2 / 3 + 1 + 1) / 3) and r.pos.n_images == 3 and r.pos.n_skipped == 0
+    # eq. 2 (the prose's direction): 4 of 5 valid negative triplets go down (the NaN step is not a triplet)
+    assert r.neg.triplets == pytest.approx(4 / 5) and r.neg.n_triplets == 5
+    assert r.neg.images == pytest.approx((2 / 3 + 1 + 1) / 3)
+    assert r.mean_triplets == pytest.approx((5 / 6 + 4 / 5) / 2)
+
+
+def test_specificity_min_steps_skips_images_from_the_image_mean_only_and_counts_them():
+    r = M.specificity_rates(PREFIX, WRONG, min_steps=2)
+    assert r.pos.images == pytest.approx((2 / 3 + 1) / 2) and r.pos.n_skipped == 1 and r.pos.n_images == 2
+    assert r.neg.images == pytest.approx(2 / 3) and r.neg.n_skipped == 2
+    assert r.pos.triplets == pytest.approx(5 / 6) and r.neg.triplets == pytest.approx(4 / 5)  # still every triplet
+
+
+def test_specificity_reference_variant_by_hand():
     prefix = [
-        [0.20, 0.25, 0.24, 0.30],  # steps: up, down, up -> SR_pos 2/3
-        [0.10, 0.20, 0.30],  # up, up -> 1
-        [0.50, 0.60],  # 1 step -> skipped (<= 1 step)
+        [0.20, 0.25, 0.24, 0.30, 0.0, 0.0],  # zero padding -> K = 4; last step dropped: up, down
+        [0.10, 0.20, 0.30],  # K = 3 < 4 -> skipped
+        [0.1, 0.2, 0.3, 0.4, 0.5],  # K = 5 -> steps 1..3: up, up, up
+        [0.3, 0.0, 0.5, 0.6, 0.7],  # a score <= 0 ends the chain -> K = 1 -> skipped
     ]
     wrong = [
-        [0.19, 0.26, 0.20],  # prefix beats wrong: yes, no, yes -> 2/3
-        [0.05, float("nan")],  # one valid step -> skipped for SR_neg
-        [0.40],
+        [0.19, 0.26, 0.20, 0.0, 0.0],  # kept steps: 0.20 > 0.19 yes, 0.25 > 0.26 no
+        [0.05, 0.1],
+        [0.05, 0.25, -0.1, 0.3],  # yes, no, (-0.1 <= 0: no score)
+        [0.1, 0.1, 0.1, 0.1],
     ]
-    pos, neg, mean = M.specificity_rates(prefix, wrong)
-    assert pos.rate == pytest.approx((2 / 3 + 1) / 2) and pos.n_images == 2 and pos.n_skipped == 1
-    assert neg.rate == pytest.approx(2 / 3) and neg.n_images == 1 and neg.n_skipped == 2
-    assert mean == pytest.approx(((2 / 3 + 1) / 2 + 2 / 3) / 2)
+    r = M.specificity_rates(prefix, wrong, variant="reference")
+    assert r.pos.triplets == pytest.approx(4 / 5) and r.pos.images == pytest.approx((1 / 2 + 1) / 2)
+    assert r.pos.n_images == 2 and r.pos.n_skipped == 2
+    assert r.neg.triplets == pytest.approx(2 / 4) and r.neg.images == pytest.approx(0.5)
+    assert r.neg.n_triplets == 4 and r.neg.n_skipped == 2
+    with pytest.raises(Exception, match="'variant' parameter"):
+        M.specificity_rates(prefix, wrong, variant="paper")
+
+
+# ------------------------------------------------------------------ LGIP: pairs (reference code) vs captions (eqs. 4-8)
+def test_lgip_pairs_and_captions_averages_by_hand():
+    orig = [0.30, 0.50]
+    para, powner = [0.28, 0.35, 0.50], [0, 0, 1]  # |diffs| 0.02, 0.05 | 0.00
+    assert M.invariance_error(orig, para, powner) == pytest.approx(0.07 / 3)
+    assert M.invariance_error(orig, para, powner, average="captions") == pytest.approx((0.035 + 0.0) / 2)
+    flip, fowner = [0.20, 0.31, 0.40], [0, 0, 1]  # gaps 0.10, -0.01 | 0.10
+    s = M.flip_sensitivity(orig, flip, fowner)
+    assert s.gap_mean == pytest.approx(0.19 / 3) and s.positive_rate == pytest.approx(2 / 3)
+    c = M.flip_sensitivity(orig, flip, fowner, average="captions")
+    assert c.gap_mean == pytest.approx((0.045 + 0.10) / 2) and c.positive_rate == pytest.approx((0.5 + 1) / 2)
+    assert c.count == 3 and c.n_captions == 2
 
 
 # ------------------------------------------------------------------ suites
@@ -108,3 +158,22 @@ def test_units_tile_the_caption():
     cap = "A woman wearing a white hat holds an umbrella while walking down a busy street at night."
     units = detail_units(cap)
     assert " ".join(units) == cap and len(units) >= 2
+
+
+@pytest.mark.parametrize("caption,paper,ours", [
+    # Penn tags: Two/CD people/NNS are/VBP walking/VBG along/IN a/DT sandy/JJ beach/NN at/IN sunset/NN ./.
+    # App. A: NP = people, a sandy beach, sunset (CD is no determiner there); VP needs NPs to the sentence end
+    # ($) and never fires before "."; PP = along NP, at NP -> units "Two people" | "are walking along a sandy
+    # beach" | "at sunset" | "." -> rule 2 attaches "at sunset" (first PP of that unit), "." joins it.
+    ("Two people are walking along a sandy beach at sunset.",
+     ["Two people", "are walking along a sandy beach at sunset."],
+     # capscore: CLAUSE "Two people are walking", PPs "along a sandy beach" (attached), "at sunset" (2nd: split)
+     ["Two people are walking along a sandy beach", "at sunset."]),
+    # the paper's Fig. 1 example: App. A keeps "with fringed edges" inside one unit
+    ("The cat is partially tucked under a blanket with fringed edges.",
+     ["The cat is partially tucked under a blanket with fringed edges."],
+     ["The cat is partially tucked under a blanket", "with fringed edges."]),
+])
+def test_detail_units_paper_grammar_vs_capscore(caption, paper, ours):
+    assert detail_units(caption, grammar="paper") == paper
+    assert detail_units(caption) == ours

@@ -46,7 +46,7 @@ def test_scene_suites_run_with_tiny_model(tiny_backbone):
     s = res.summary[0]
     assert s["n_images"] == 4 and 0.0 <= s["sr_pos"] <= 1.0 and 0.0 <= s["sr_neg"] <= 1.0
     res = SCENE_SUITES["scenes-perturb"](enc, args=_args())
-    assert {r["kind"] for r in res.summary} == {"masking", "substitution"}
+    assert {r["kind"] for r in res.summary} == {"masking", "substitution", "average"}
 
 
 def test_scenes_tiny_lgip_color_flips_and_specificity():

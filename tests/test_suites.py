@@ -147,7 +147,29 @@ def test_run_perturb_counts_not_perturbable(tmp_path, root):
     res = R.run_perturb(_FakeEncoder(), items, kinds=["jumble"], scorer=lambda e, i, t: torch.tensor(
         [scores.get(x, 0.1) for x in t]))
     s = res.summary[0]
-    assert s["n"] == 1 and s["n_not_perturbable"] == 1 and s["robust_rate"] == 1.0
+    assert s["n"] == 1 and s["n_unchanged"] == 1 and s["robust_rate"] == 1.0
+
+
+def test_run_perturb_percentage_change_of_the_mean_per_language(root):
+    items = [R.ProbeItem("0", root / "img0.png", "a dog chases a cat", lang="en"),
+             R.ProbeItem("1", root / "img1.png", "red ball", lang="en"),
+             R.ProbeItem("2", root / "img2.png", "dog dog", lang="en"),  # jumble cannot change it
+             R.ProbeItem("3", root / "img0.png", "ein Hund", lang="de")]
+    scores = {"a dog chases a cat": .5, "red ball": .3, "dog dog": .6, "ein Hund": .2}
+    res = R.run_perturb(_FakeEncoder(), items, kinds=["jumble", "masking"], p=1.0,
+                        scorer=lambda e, i, t: torch.tensor([scores.get(x, 0.1) for x in t], dtype=torch.float64))
+    by = {(s["lang"], s["kind"]): s for s in res.summary}
+    j = by["en", "jumble"]
+    # Table 2/7: change of the MEAN: originals (.5+.3+.6)/3, perturbed (.1+.1+.6)/3 (the unchanged caption keeps .6)
+    assert j["pct_change"] == pytest.approx(100 * ((0.8 / 3) - (1.4 / 3)) / (1.4 / 3))  # -42.857%
+    assert j["n"] == 2 and j["n_unchanged"] == 1
+    assert j["robust_rate"] == 1.0 and j["mean_score_drop"] == pytest.approx((0.4 + 0.2) / 2)  # changed only
+    m = by["en", "masking"]  # p = 1: every caption fully masked -> 0.1
+    assert m["pct_change"] == pytest.approx(100 * (0.1 - 1.4 / 3) / (1.4 / 3))  # -78.571%
+    avg = by["en", "average"]  # Table 2 "Perturbed Average": mean of the per-kind perturbed means
+    assert avg["mean_perturbed"] == pytest.approx((0.8 / 3 + 0.1) / 2)
+    assert avg["pct_change"] == pytest.approx((j["pct_change"] + m["pct_change"]) / 2)  # -60.714%
+    assert by["de", "jumble"]["pct_change"] == pytest.approx(-50.0)  # .2 -> .1
 
 
 def test_run_lgip_with_table(root):

@@ -116,6 +116,34 @@ def test_specs_weights_default_alpha_beta_gamma():
     assert b.contrastive.item() == pytest.approx(2 * a.contrastive.item(), rel=1e-6)
 
 
+def test_specs_printed_equations_cosine_theta_per_batch_margin_by_hand():
+    # cos: base (30°, 50°) = 0.866025, 0.642788; +d (10°, 45°) = 0.984808, 0.707107; +d- (40°, 70°) = 0.766044, 0.342020
+    x = specs_inputs((30, 50), (10, 45), (40, 70))
+    out = specs_loss(*x, 10.0, theta="cosine", margin_mode="per-batch")
+    # eq. 3 (sign from the prose), θ = cosine: ε+ = mean(0.118783, 0.064319) = 0.091551 (this batch's own gap)
+    # L_detail = mean(relu(0.091551 - 0.118783), relu(0.091551 - 0.064319)) = mean(0, 0.027232) = 0.013616
+    assert out.detail.item() == pytest.approx(8 * 0.013616, abs=8e-6)
+    # by analogy: ε- = mean(base - neg) = mean(0.099981, 0.300768) = 0.200375
+    # L_neg = mean(relu(0.200375 - 0.099981), relu(0.200375 - 0.300768)) = mean(0.100394, 0) = 0.050197
+    assert out.negative.item() == pytest.approx(0.8 * 0.050197, abs=1e-6)
+    assert out.contrastive.item() == pytest.approx(math.log(2), rel=1e-6)  # the contrastive term keeps the scale
+    assert out.margin == pytest.approx(0.200375, abs=1e-6)
+
+
+def test_specs_reference_default_differs_from_printed_equations_on_the_same_batch():
+    x = specs_inputs((30, 50), (10, 45), (40, 70))
+    ref = specs_loss(*x, 10.0)  # logits (scale 10), carried margin 0 for the detail hinge
+    # detail: relu(0 + 10·(b - d)) = relu(-1.18783), relu(-0.64319) -> 0
+    assert ref.detail.item() == pytest.approx(0.0, abs=1e-6)
+    # then ε = clamp(mean 10·gap = 0.91551) and the negative hinge uses it: relu(0.91551 - 0.99981), relu(0.91551 - 3.00768)
+    assert ref.negative.item() == pytest.approx(0.0, abs=1e-6)
+    assert ref.margin == pytest.approx(min(1.5, 10 * 0.200375), abs=1e-5)  # carried: clamped to 1.5
+    with pytest.raises(CapscoreError, match="'theta' parameter"):
+        specs_loss(*x, 10.0, theta="cos")
+    with pytest.raises(CapscoreError, match="'margin_mode' parameter"):
+        specs_loss(*x, 10.0, margin_mode="batch")
+
+
 # ----------------------------------------------------------------------------- PR-MCS
 def test_prmcs_terms_and_margin_floor():
     image = torch.tensor([[1.0, 0.0], [1.0, 0.0]])

@@ -35,7 +35,18 @@ def configure(p) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="per-item rows (default jsonl)")
     p.add_argument("--seed", type=int, default=0, help="perturbation / sampling seed, and random-init seed")
-    p.add_argument("--p", type=float, default=0.4, help="perturb: per-word probability (default 0.4)")
+    p.add_argument("--p", type=float, default=0.4,
+                   help="perturb: per-word draw rate, P(random() > threshold) in PR-MCS Alg. 1 (default 0.4)")
+    p.add_argument("--removal", default="keep-drawn", choices=("keep-drawn", "drop-drawn"),
+                   help="perturb: removal keeps the drawn words (PR-MCS Alg. 1, default) or deletes them (§5.2 prose)")
+    p.add_argument("--ensure-change", action="store_true",
+                   help="perturb: draw one word when none was drawn (not in Alg. 1)")
+    p.add_argument("--sr-variant", default="capscore", choices=("capscore", "reference"),
+                   help="specificity: every step (default) or the SPECS reference evaluation's chains")
+    p.add_argument("--grammar", default="capscore", choices=("capscore", "paper"),
+                   help="specificity: detail-unit chunk grammar (default capscore's; 'paper' = SPECS App. A)")
+    p.add_argument("--lgip-average", default="pairs", choices=("pairs", "captions"),
+                   help="lgip: mean over all pairs (reference code, default) or per caption first (eqs. 4-8)")
     p.add_argument("--mask", default="[MASK]", help="perturb: mask token (default [MASK])")
     p.add_argument("--kinds", default="repetition,removal,masking,jumble,substitution",
                    help="perturb: comma-separated perturbations")
@@ -144,11 +155,13 @@ def _probe_one(args, spec, kind, inputs, scorer, out, R, load_backbone, Encoder,
                            seed=args.seed)
     elif args.suite == "perturb":
         kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-        res = R.run_perturb(encoder, inputs, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask, **common)
+        res = R.run_perturb(encoder, inputs, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask,
+                            removal=args.removal, ensure_change=args.ensure_change, **common)
     elif args.suite == "lgip":
-        res = R.run_lgip(encoder, inputs, seed=args.seed, **common)
+        res = R.run_lgip(encoder, inputs, seed=args.seed, average=args.lgip_average, **common)
     elif args.suite == "specificity":
-        res = R.run_specificity(encoder, inputs, seed=args.seed, **common)
+        res = R.run_specificity(encoder, inputs, seed=args.seed, variant=args.sr_variant, grammar=args.grammar,
+                                **common)
     else:
         res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
                           text_only=args.suite == "sugarcrepe++", **common)

@@ -12,11 +12,17 @@ def configure(p) -> None:
                    help="'scenes:N' (synthetic scenes, built in) or a JSONL file (fields in docs/train.md)")
     p.add_argument("--out", required=True, help="output folder: model.safetensors, MODEL_CARD.md, log.jsonl, checkpoints/")
     p.add_argument("--steps", type=int, default=100)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--accum", type=int, default=1, help="gradient accumulation (micro-batches per step)")
-    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="examples per micro-batch (default: the recipe's paper value, else 32)")
+    p.add_argument("--accum", type=int, default=None,
+                   help="gradient accumulation, micro-batches per step (default: the recipe's paper value, else 1)")
+    p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe's paper value)")
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--weight-decay", type=float, default=None,
+                   help="AdamW weight decay (default: the recipe's paper value, else 0.1)")
+    p.add_argument("--betas", default=None, metavar="B1,B2",
+                   help="AdamW betas (default: the recipe's paper value, else 0.9,0.98)")
+    p.add_argument("--eps", type=float, default=None, help="AdamW epsilon (default: the recipe's, else 1e-6)")
     p.add_argument("--grad-clip", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
     add_device(p)
@@ -27,6 +33,32 @@ def configure(p) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe parameter (repeatable)")
     p.add_argument("--tensorboard", action="store_true", help="also log to OUT/tensorboard (needs tensorboard)")
+
+
+GENERIC_OPTIM = dict(lr=1e-5, weight_decay=0.1, batch_size=32, accum=1, betas=(0.9, 0.98), eps=1e-6)
+
+
+def optimiser_settings(recipe, args) -> dict:
+    """lr, weight decay, batch size, accumulation, betas, eps: the user's value, else the
+    recipe's paper value (``Recipe.optim``), else capscore's generic default (CLIP's betas/eps)."""
+    from capscore.errors import CapscoreError
+
+    out = {}
+    for key, default in GENERIC_OPTIM.items():
+        given = getattr(args, key, None)
+        if key == "betas" and given is not None:
+            try:
+                b1, b2 = (float(x) for x in str(given).split(","))
+            except ValueError:
+                raise CapscoreError(f"--betas {given!r}: expected two numbers B1,B2, e.g. 0.9,0.999") from None
+            if not (0 <= b1 < 1 and 0 <= b2 < 1):
+                raise CapscoreError(f"--betas {given!r}: each beta must be in [0, 1)")
+            given = (b1, b2)
+        out[key] = given if given is not None else recipe.optim.get(key, default)
+    for key in ("batch_size", "accum"):
+        if out[key] < 1:
+            raise CapscoreError(f"--{key.replace('_', '-')} must be a positive integer; got {out[key]}")
+    return out
 
 
 def run(args) -> int:
@@ -59,9 +91,16 @@ def run(args) -> int:
     else:
         examples = D.read_jsonl(args.data)
     D.check_fields(examples, recipe.needs, recipe.name)
-    cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, accum=args.accum, lr=args.lr, warmup=args.warmup,
-                      weight_decay=args.weight_decay, grad_clip=args.grad_clip, seed=args.seed, device=args.device,
-                      eval_every=args.eval_every, ckpt_every=args.ckpt_every, tensorboard=args.tensorboard)
+    if recipe.name == "specs":
+        examples, skipped = D.specs_units(examples, grammar=params["grammar"])
+        if skipped:
+            print(f"capscore: note: {len(skipped)} caption(s) have fewer than two detail units and give no SPECS "
+                  f"triplet; skipped (first: {skipped[0]})", file=sys.stderr)
+        D.check_fields(examples, recipe.needs, recipe.name)
+    opt = optimiser_settings(recipe, args)
+    cfg = TrainConfig(steps=args.steps, warmup=args.warmup, grad_clip=args.grad_clip, seed=args.seed,
+                      device=args.device, eval_every=args.eval_every, ckpt_every=args.ckpt_every,
+                      tensorboard=args.tensorboard, **opt)
     bb = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed)
     state = recipe.prepare(bb, params)
     evaluate = None

@@ -5,34 +5,51 @@ Five word-level perturbations produce captions that a robust metric should score
 *below* the original:
 
 ============  ===============================================================
-repetition    each selected word is repeated ("a dog runs" -> "a a dog runs")
-removal       each selected word is dropped
-masking       each selected word becomes a mask token (``mask``, default "[MASK]")
+repetition    each drawn word is repeated ("a dog runs" -> "a a dog runs")
+removal       only the drawn words are kept (Algorithm 1; see below)
+masking       each drawn word becomes a mask token (``mask``, default "[MASK]")
 jumble        all words are shuffled (the order must change)
 substitution  the positions of critical objects are swapped ("a dog chases a
               cat" -> "a cat chases a dog"): the caller's critical objects when
               the data has them, otherwise the nouns spaCy finds
 ============  ===============================================================
 
-Selection (repetition, removal, masking): each word independently with
-probability ``p`` (0.4 in the paper). Choices left open by the paper, exposed
-as parameters:
+Selection (repetition, removal, masking) follows Algorithm 1 (``rep_rem_mask``)
+draw for draw: the three perturbations share ONE generator and so one draw per
+word; word j is *drawn* when ``rng.random() > threshold``, and when it is not,
+Algorithm 1's ``elif random.random() > threshold`` consumes a second number (its
+result is unused, but it shifts every later draw, so we make it too). The rate
+``p`` is P(drawn) = 1 - threshold: §5.2 says "each word token ... with a
+probability of 0.4", so ``p = 0.4`` (threshold 0.6). A drawn word is repeated
+(repetition) and masked (masking); for removal Algorithm 1 appends the *drawn*
+words to the removal caption, i.e. removal **keeps** the drawn ~40% and deletes
+the other ~60% (``removal="keep-drawn"``, default). Fig. 5 agrees with the
+algorithm: its removal caption "man, white and shorts, is playing a green trees
+a" is exactly the 10 of 26 words that its masking caption masks (16 deleted,
+62%). §5.2's prose, "some word tokens are removed ... Each word token is drawn
+with a probability of 0.4", reads as deleting the drawn 40%:
+``removal="drop-drawn"``.
 
-* ``ensure_change=True``: if no word was drawn, one word is drawn uniformly,
-  so every perturbed caption differs from its original (a caption that equals
-  its original tells nothing about robustness).
-* A perturbation that cannot change a caption (one word for jumble, fewer than
-  two distinct critical objects for substitution, removal of every word) yields
-  a :class:`Perturbed` with ``text=None`` and a ``reason``; callers count those,
-  never drop them silently.
+Choices exposed as parameters:
+
+* ``ensure_change=False`` (Algorithm 1): a caption with no drawn word stays as it
+  is (Algorithm 1 emits it unchanged; for removal it emits an empty string).
+  ``True`` (capscore's earlier default) draws one word uniformly instead.
+* A perturbation that leaves a caption unchanged (nothing drawn, one word to
+  jumble, fewer than two distinct critical objects) yields a :class:`Perturbed`
+  with ``text=None``, ``unchanged=True`` and a ``reason``: Algorithm 1 would emit
+  the original caption, so the probe's percentage drop counts it with its own
+  score (Table 2's definition) and its robust rate leaves it out; both count it.
+  Removal of every word (``text=None``, ``unchanged=False``) is only counted.
 
 Determinism: every caption gets its own generator,
-``random.Random(f"{seed}|{kind}|{caption}")`` (Python's string seeding is
-stable across runs and platforms), so a caption's perturbation does not depend
-on the other captions or their order. Draw order: for selection, one
-``rng.random()`` per word left to right (then ``rng.randrange(n)`` if none was
-drawn and ``ensure_change``); jumble and substitution call ``rng.shuffle`` on
-the units, retrying (at most 20 times) until the order changes.
+``random.Random(f"{seed}|rep_rem_mask|{caption}")`` for the three word-level
+perturbations (shared, as in Algorithm 1) and ``f"{seed}|{kind}|{caption}"`` for
+jumble and substitution (Python's string seeding is stable across runs and
+platforms), so a caption's perturbation does not depend on the other captions or
+their order. Jumble and substitution call ``rng.shuffle`` on the units, retrying
+(at most 20 times) until the order changes (Algorithm 1's ``sub_in_sent`` retries
+the same way; its ``jumble`` does not, and may return the caption unchanged).
 
 Language-agnostic: words come from :func:`capscore.perturb.words.split_words`
 (whitespace, or characters / parser tokens for Japanese).
@@ -50,6 +67,8 @@ from capscore.perturb.words import Tokenizer, is_unspaced, split_words
 PERTURBATIONS: tuple[str, ...] = ("repetition", "removal", "masking", "jumble", "substitution")
 DEFAULT_P = 0.4
 DEFAULT_MASK = "[MASK]"
+REMOVAL_MODES = ("keep-drawn", "drop-drawn")
+_WORD_KINDS = ("repetition", "removal", "masking")
 SPACY_MODEL = None  # capscore.nlp chooses: $CAPSCORE_SPACY_MODEL, en_core_web_sm, or the PyPI re-upload
 _MAX_TRIES = 20
 
@@ -64,6 +83,7 @@ class Perturbed:
     positions: tuple[int, ...] = ()  # word units (or spans, for substitution) that changed
     reason: str = ""
     seed: int = 0
+    unchanged: bool = False  # text is None because the caption stays as it is (Algorithm 1 emits it)
 
     @property
     def ok(self) -> bool:
@@ -71,18 +91,33 @@ class Perturbed:
 
 
 def _rng(seed: int, kind: str, caption: str) -> random.Random:
-    return random.Random(f"{seed}|{kind}|{caption}")
+    key = "rep_rem_mask" if kind in _WORD_KINDS else kind  # Algorithm 1: one draw per word for all three
+    return random.Random(f"{seed}|{key}|{caption}")
 
 
-def _select(n: int, p: float, rng: random.Random, ensure_change: bool) -> list[int]:
-    chosen = [i for i in range(n) if rng.random() < p]
+def draws(n: int, p: float, rng) -> list[bool]:
+    """Algorithm 1's draws for ``n`` words: word j is drawn when ``rng.random() > 1 - p``;
+    an undrawn word consumes a second number (Algorithm 1's ``elif``)."""
+    threshold = 1.0 - p
+    out = []
+    for _ in range(n):
+        if rng.random() > threshold:
+            out.append(True)
+        else:
+            rng.random()  # Algorithm 1: ``elif random.random() > threshold`` (result unused)
+            out.append(False)
+    return out
+
+
+def _select(n: int, p: float, rng, ensure_change: bool) -> list[int]:
+    chosen = [i for i, d in enumerate(draws(n, p, rng)) if d]
     if not chosen and ensure_change and n:
         chosen = [rng.randrange(n)]
     return chosen
 
 
-def _not(caption: str, kind: str, reason: str, seed: int) -> Perturbed:
-    return Perturbed(caption, kind, None, (), reason, seed)
+def _not(caption: str, kind: str, reason: str, seed: int, *, unchanged: bool = True) -> Perturbed:
+    return Perturbed(caption, kind, None, (), reason, seed, unchanged)
 
 
 def _spacy(name: str | None):
@@ -123,29 +158,34 @@ def perturb(
     seed: int = 0,
     mask: str = DEFAULT_MASK,
     objects: Sequence[str] | None = None,
-    ensure_change: bool = True,
+    ensure_change: bool = False,
+    removal: str = "keep-drawn",
     word_mode: str = "auto",
     tokenizer: Tokenizer | None = None,
     nlp: Callable | None = None,
+    rng=None,
 ) -> Perturbed:
     """Apply one PR-MCS perturbation to ``caption`` (see the module docstring).
 
     ``objects``: critical objects for substitution (None: spaCy nouns, using
     ``nlp`` or the bundled English pipeline; for Japanese pass objects or a
-    Japanese ``nlp``).
+    Japanese ``nlp``). ``rng``: any object with ``random()``/``randrange()``/
+    ``shuffle()`` to use instead of the per-caption seeded generator.
     """
     if kind not in PERTURBATIONS:
         raise unknown_name("perturbation", kind, PERTURBATIONS)
     if not (0.0 <= p <= 1.0):
         raise param_error("p", "perturb", "a probability in [0, 1]", p)
-    rng = _rng(seed, kind, caption)
+    if removal not in REMOVAL_MODES:
+        raise param_error("removal", "perturb", "'keep-drawn' (Algorithm 1) or 'drop-drawn' (§5.2 prose)", removal)
+    rng = rng if rng is not None else _rng(seed, kind, caption)
     if kind == "substitution":
         return _substitute(caption, rng, seed=seed, objects=objects, nlp=nlp)
     words = split_words(caption, mode=word_mode, tokenizer=tokenizer)
     units = list(words.units)
     n = len(units)
     if n == 0:
-        return _not(caption, kind, "empty caption", seed)
+        return _not(caption, kind, "empty caption", seed, unchanged=False)
     if kind == "jumble":
         if len(set(units)) < 2:
             return _not(caption, kind, "fewer than two distinct words to shuffle", seed)
@@ -160,14 +200,19 @@ def perturb(
         return Perturbed(caption, kind, words.join(new), tuple(i for i in range(n) if new[i] != units[i]), "", seed)
     chosen = _select(n, p, rng, ensure_change)
     if not chosen:
+        if kind == "removal" and removal == "keep-drawn":  # Algorithm 1 would emit an empty caption
+            return _not(caption, kind, f"no word drawn with p={p}: removal would leave an empty caption", seed,
+                        unchanged=False)
         return _not(caption, kind, f"no word drawn with p={p}", seed)
     sel = set(chosen)
     if kind == "repetition":
         new = [w for i, u in enumerate(units) for w in ((u, u) if i in sel else (u,))]
     elif kind == "removal":
-        new = [u for i, u in enumerate(units) if i not in sel]
+        keep = sel if removal == "keep-drawn" else set(range(n)) - sel
+        new = [u for i, u in enumerate(units) if i in keep]
         if not new:
-            return _not(caption, kind, "removal would leave an empty caption (too short)", seed)
+            return _not(caption, kind, "removal would leave an empty caption", seed, unchanged=False)
+        sel = set(range(n)) - keep  # positions that changed: the removed words
     else:  # masking
         new = [mask if i in sel else u for i, u in enumerate(units)]
     text = words.join(new)

@@ -303,6 +303,7 @@ class ProbeItem:
     source: str = ""
     objects: tuple[str, ...] | None = None  # critical objects (PR-MCS substitution)
     wrong_units: tuple[str, ...] | None = None  # wrong details for specificity steps
+    lang: str | None = None  # language code (PR-MCS reports per language)
 
 
 def _str_list(row: dict, where: str, name: str) -> tuple[str, ...] | None:
@@ -317,7 +318,8 @@ def _str_list(row: dict, where: str, name: str) -> tuple[str, ...] | None:
 def load_probe_items(data: str | Path, images: str | Path | None) -> list[ProbeItem]:
     """Captions for the caption-level probes (perturb, lgip, specificity): JSONL, CSV or a JSON
     list with ``image`` and ``caption``, optionally ``id``, ``objects`` (critical objects for
-    substitution) and ``wrong_units`` (wrong details, one per specificity step)."""
+    substitution), ``wrong_units`` (wrong details, one per specificity step) and ``lang``
+    (language code; the perturb probe reports per language)."""
     im, out = Images(images), []
     for where, key, row in entries(Path(data)):
         caption = field(row, where, "caption")
@@ -325,7 +327,10 @@ def load_probe_items(data: str | Path, images: str | Path | None) -> list[ProbeI
         ident = str(row.get("id") or key)
         objects = _str_list(row, where, "objects")
         wrong = _str_list(row, where, "wrong_units")
-        out.append(ProbeItem(ident, ref, caption, where, objects, wrong))
+        lang = row.get("lang")
+        if lang is not None and (not isinstance(lang, str) or not lang.strip()):
+            raise InputError(where, "field 'lang' must be a language code string", got=lang)
+        out.append(ProbeItem(ident, ref, caption, where, objects, wrong, lang.strip() if lang else None))
     return out
 
 

@@ -17,98 +17,204 @@ def _arr(x) -> np.ndarray:
 
 
 # ============================================================================ LGIP (Lee, 2025, sec. 3.3)
+LGIP_AVERAGES = ("pairs", "captions")
+
+
 @dataclass(frozen=True)
 class FlipStats:
     """Semantic sensitivity: gap = s(orig) - s(flip); PR (positive rate) = share of gaps > 0."""
 
     gap_mean: float
     positive_rate: float
-    count: int
+    count: int  # flips (pairs)
+    n_captions: int = 0  # captions with at least one flip
 
 
-def invariance_error(orig: Sequence[float], para: Sequence[float], owner: Sequence[int]) -> float:
-    """LGIP invariance error: mean over (caption, paraphrase) pairs of |s(I, c) - s(I, c')|.
+def _check_average(average: str, func: str) -> None:
+    if average not in LGIP_AVERAGES:
+        from capscore.errors import param_error
+
+        raise param_error("average", func, "'pairs' (reference code) or 'captions' (eqs. 4, 6, 8)", average)
+
+
+def _lgip_mean(values: np.ndarray, owner: np.ndarray, average: str) -> float:
+    """Mean over pairs (flat), or the mean over captions of each caption's mean (nested)."""
+    if values.size == 0:
+        return float("nan")
+    if average == "pairs":
+        return float(values.mean())
+    return float(np.mean([values[owner == o].mean() for o in dict.fromkeys(owner.tolist())]))
+
+
+def invariance_error(orig: Sequence[float], para: Sequence[float], owner: Sequence[int], *,
+                     average: str = "pairs") -> float:
+    """LGIP invariance error E_inv (eq. 4): |s(I, c) - s(I, c')| averaged over paraphrases.
 
     ``orig[i]`` is the score of original caption i with its image; ``para[j]`` the
     score of paraphrase j, which belongs to caption ``owner[j]``.
+    ``average="pairs"`` (default): one mean over all (caption, paraphrase) pairs -- the
+    reference code (``run_lgip_multi.py`` extends one list over all pairs) and §4.1:
+    "all reported numbers are averages over valid image-caption-flip triples".
+    ``average="captions"``: eq. 4 as printed, E_(I,c) E_(c' in P(I,c)): the mean over
+    captions (with at least one paraphrase) of each caption's mean.
     """
-    o, p = _arr(orig), _arr(para)
+    _check_average(average, "invariance_error")
+    o, p, ow = _arr(orig), _arr(para), np.asarray(owner, dtype=int)
     if p.size == 0:
         return float("nan")
-    return float(np.mean(np.abs(o[np.asarray(owner, dtype=int)] - p)))
+    return _lgip_mean(np.abs(o[ow] - p), ow, average)
 
 
-def flip_sensitivity(orig: Sequence[float], flip: Sequence[float], owner: Sequence[int]) -> FlipStats:
-    """LGIP semantic sensitivity: mean gap s(I, c) - s(I, flip) and positive rate P(gap > 0)."""
-    o, f = _arr(orig), _arr(flip)
+def flip_sensitivity(orig: Sequence[float], flip: Sequence[float], owner: Sequence[int], *,
+                     average: str = "pairs") -> FlipStats:
+    """LGIP semantic sensitivity E_sens (eqs. 5-6): mean gap s(I, c) - s(I, flip), and the
+    positive rate PR (eqs. 7-8): mean of 1[s(I, c) > s(I, flip)] (a tie is not positive).
+    ``average`` as in :func:`invariance_error` (default: over all flips, as the reference code)."""
+    _check_average(average, "flip_sensitivity")
+    o, f, ow = _arr(orig), _arr(flip), np.asarray(owner, dtype=int)
     if f.size == 0:
-        return FlipStats(float("nan"), float("nan"), 0)
-    gaps = o[np.asarray(owner, dtype=int)] - f
-    return FlipStats(float(gaps.mean()), float((gaps > 0).mean()), int(gaps.size))
+        return FlipStats(float("nan"), float("nan"), 0, 0)
+    gaps = o[ow] - f
+    return FlipStats(_lgip_mean(gaps, ow, average), _lgip_mean((gaps > 0).astype(float), ow, average),
+                     int(gaps.size), len(set(ow.tolist())))
 
 
 def flip_sensitivity_by_type(
-    orig: Sequence[float], flip: Sequence[float], owner: Sequence[int], types: Sequence[str]
+    orig: Sequence[float], flip: Sequence[float], owner: Sequence[int], types: Sequence[str], *,
+    average: str = "pairs",
 ) -> dict[str, FlipStats]:
     """:func:`flip_sensitivity` per flip type ("color", "count", "object", user lists)."""
     f, ow, ty = _arr(flip), np.asarray(owner, dtype=int), np.asarray(types, dtype=object)
-    return {t: flip_sensitivity(orig, f[ty == t], ow[ty == t]) for t in dict.fromkeys(types)}
+    return {t: flip_sensitivity(orig, f[ty == t], ow[ty == t], average=average) for t in dict.fromkeys(types)}
 
 
 # ============================================================================ SPECS specificity rate
+SR_VARIANTS = ("capscore", "reference")
+
+
 @dataclass(frozen=True)
 class SpecificityRate:
-    """Share of steps going the right way, averaged per image (images with too few steps skipped)."""
+    """One specificity rate (SR_pos or SR_neg), triplet-level and per image, with counts.
 
-    rate: float
-    n_images: int  # images that entered the mean
+    ``triplets`` is SPECS eqs. 1-2 as printed: (1/N) sum over the N valid triplets of
+    the indicator, all images pooled (micro). ``images`` is the mean over images of
+    each image's rate over its own steps (macro), as the SPECS reference evaluation
+    computes it. An image with fewer than ``min_steps`` valid steps is *skipped* from
+    the per-image mean (and, in the reference variant, from both): counted in
+    ``n_skipped``, never dropped silently.
+    """
+
+    triplets: float
+    images: float
+    n_triplets: int  # valid triplets in the triplet-level rate
+    n_correct: int
+    n_images: int  # images that entered the per-image mean
     n_skipped: int  # images with fewer than ``min_steps`` valid steps
-    n_steps: int  # valid steps in the counted images
     per_image: tuple[float, ...] = field(repr=False, default=())
 
 
 def step_rate(before: Sequence[Sequence[float]], after: Sequence[Sequence[float]], *, want_increase: bool,
-              min_steps: int = 2) -> SpecificityRate:
-    """Per image, the share of valid steps k with after[k] > before[k] (``want_increase``)
-    or before[k] > after[k]; then the mean over images with at least ``min_steps``
-    valid (finite) steps.
+              min_steps: int = 1, skip_in_triplets: bool = False) -> SpecificityRate:
+    """Per image, the valid (finite) steps k with after[k] > before[k] (``want_increase``)
+    or before[k] > after[k]; pooled over images (triplet-level) and averaged per image
+    over images with at least ``min_steps`` valid steps. ``skip_in_triplets`` also
+    leaves a skipped image's steps out of the triplet-level rate.
 
     SR_pos: before = s(prefix_k), after = s(prefix_k + correct unit k+1), want_increase.
-    SR_neg: before = s(prefix_k), after = s(prefix_k + wrong unit), not want_increase.
-    The SPECS paper skips images with <= 1 step, hence ``min_steps=2``.
+    SR_neg: before = s(prefix_k), after = s(prefix_k + wrong unit), not want_increase
+    (prose of SPECS §3.2: "adding an irrelevant detail ... decreases the similarity";
+    eq. 2 prints the inequality the other way round, which contradicts it).
     """
     if len(before) != len(after):
         raise ValueError("before and after must hold one list per image")
-    rates, skipped, steps = [], 0, 0
+    rates, skipped, n_trip, n_ok = [], 0, 0, 0
     for b, a in zip(before, after):
         b, a = _arr(b), _arr(a)
         if b.shape != a.shape:
             raise ValueError("before and after must have one value per step")
         ok = np.isfinite(b) & np.isfinite(a)
-        n = int(ok.sum())
-        if n < min_steps:
-            skipped += 1
-            continue
         good = (a[ok] > b[ok]) if want_increase else (b[ok] > a[ok])
-        rates.append(float(good.mean()))
-        steps += n
-    rate = float(np.mean(rates)) if rates else float("nan")
-    return SpecificityRate(rate, len(rates), skipped, steps, tuple(rates))
+        n = int(ok.sum())
+        if n < min_steps or n == 0:
+            skipped += 1
+            if skip_in_triplets:
+                continue
+        else:
+            rates.append(float(good.mean()))
+        n_trip += n
+        n_ok += int(good.sum())
+    return SpecificityRate(n_ok / n_trip if n_trip else float("nan"), float(np.mean(rates)) if rates else float("nan"),
+                           n_trip, n_ok, len(rates), skipped, tuple(rates))
+
+
+@dataclass(frozen=True)
+class SpecificityRates:
+    pos: SpecificityRate
+    neg: SpecificityRate
+    variant: str
+    n_images: int  # images given
+
+    @property
+    def mean_triplets(self) -> float:
+        return (self.pos.triplets + self.neg.triplets) / 2
+
+    @property
+    def mean_images(self) -> float:
+        return (self.pos.images + self.neg.images) / 2
+
+
+def reference_chain(prefix: Sequence[float], wrong: Sequence[float]) -> tuple[list[float], list[float]]:
+    """The SPECS reference evaluation's reading of one image's score chain.
+
+    A score <= 0 is padding: the prefix chain ends before the first one (and a wrong
+    score <= 0 is no score). The last step of the chain is dropped. Returns
+    (prefix scores kept, wrong scores for the steps kept); an image needs K >= 4
+    prefixes, i.e. >= 2 steps after the drop (enforced by the caller's ``min_steps``).
+    """
+    p = _arr(prefix)
+    k = int(np.argmax(p <= 0)) if (p <= 0).any() else p.size  # chain length before the padding
+    p = p[:k]
+    w = _arr(wrong)[: max(k - 1, 0)]
+    w = np.where(w > 0, w, np.nan)
+    return p[:-1].tolist() if k else [], w[:-1].tolist()  # drop the last prefix = the last step
 
 
 def specificity_rates(prefix_scores: Sequence[Sequence[float]], wrong_scores: Sequence[Sequence[float]], *,
-                      min_steps: int = 2) -> tuple[SpecificityRate, SpecificityRate, float]:
-    """SR_pos, SR_neg and their mean from per-image score chains.
+                      variant: str = "capscore", min_steps: int | None = None) -> SpecificityRates:
+    """SR_pos and SR_neg (SPECS §3.2, eqs. 1-2) from per-image score chains.
 
-    ``prefix_scores[i]`` = [s(P_1), ..., s(P_K)] for the K prefixes of image i's
-    caption (P_k = units 1..k). ``wrong_scores[i]`` = [s(P_1 + w_1), ..., s(P_{K-1} + w_{K-1})]
+    ``prefix_scores[i]`` = [s(P_1), ..., s(P_K)] for the K prefixes of image i's caption
+    (P_k = units 1..k). ``wrong_scores[i]`` = [s(P_1 + w_1), ..., s(P_{K-1} + w_{K-1})]
     (NaN where no wrong unit exists). Steps: k = 1..K-1.
+
+    ``variant="capscore"`` (default): every step, every image in the triplet-level rate;
+    ``min_steps`` (default 1) for the per-image mean. ``variant="reference"``: the SPECS
+    reference evaluation -- :func:`reference_chain` (score <= 0 is padding, last step
+    dropped) and images with K < 4 prefixes skipped from both rates (``min_steps`` 2
+    after the drop).
     """
+    if variant not in SR_VARIANTS:
+        from capscore.errors import param_error
+
+        raise param_error("variant", "specificity_rates", "'capscore' or 'reference'", variant)
+    if variant == "reference":
+        chains = [reference_chain(p, w) for p, w in zip(prefix_scores, wrong_scores)]
+        prefix_scores = [c[0] for c in chains]
+        wrong_scores = [c[1] for c in chains]
+        min_steps, skip = 2 if min_steps is None else min_steps, True
+    else:
+        min_steps, skip = 1 if min_steps is None else min_steps, False
     before = [list(p)[:-1] for p in prefix_scores]
     after_pos = [list(p)[1:] for p in prefix_scores]
-    pos = step_rate(before, after_pos, want_increase=True, min_steps=min_steps)
-    neg = step_rate(before, [list(w) for w in wrong_scores], want_increase=False, min_steps=min_steps)
-    return pos, neg, (pos.rate + neg.rate) / 2
+    wrong = [list(w)[: len(b)] + [float("nan")] * (len(b) - len(w)) for w, b in zip(wrong_scores, before)]
+    if skip:  # the reference keeps or skips an image as a whole (its chain length decides)
+        keep = [len(b) >= min_steps for b in before]
+        before = [b if k else [] for b, k in zip(before, keep)]
+        after_pos = [a if k else [] for a, k in zip(after_pos, keep)]
+        wrong = [w if k else [] for w, k in zip(wrong, keep)]
+    pos = step_rate(before, after_pos, want_increase=True, min_steps=min_steps, skip_in_triplets=skip)
+    neg = step_rate(before, wrong, want_increase=False, min_steps=min_steps, skip_in_triplets=skip)
+    return SpecificityRates(pos, neg, variant, len(before))
 
 
 # ============================================================================ compositional suites

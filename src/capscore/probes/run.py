@@ -122,10 +122,30 @@ def run_perturb(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairSco
                 scorer_name: str = "cosine", kinds: Sequence[str] = PERTURBATIONS, p: float = DEFAULT_P,
                 seed: int = 0, mask: str = DEFAULT_MASK, source: str = "", suite: str = "perturb",
                 **perturb_options) -> ProbeResult:
-    """Robustness to PR-MCS perturbations: share of captions scoring above their perturbed copy.
+    """Robustness to PR-MCS perturbations, per language (item ``lang``) and perturbation.
 
-    Captions that a perturbation cannot change are counted per kind
-    (``n_not_perturbable``) and left out of that kind's denominator, never hidden.
+    Summary rows (one per language x kind, plus one ``kind="average"`` row per language):
+
+    * ``pct_change`` -- PR-MCS's headline number (Tables 2 and 7): the percentage change
+      of the MEAN score, 100 * (mean s(perturbed) - mean s(original)) / mean s(original);
+      negative = the score dropped. The tables fix this definition (a drop of the mean,
+      not a mean of per-item drops): Table 7, PR-MCS English repetition,
+      (0.8800 - 1.4177) / 1.4177 = -37.93%, as printed. The mean runs over every caption
+      of the language, as Algorithm 1 returns one output per input: a caption the
+      perturbation leaves unchanged (nothing drawn, < 2 critical objects, ...) enters with
+      its original score (``n_unchanged``). The ``average`` row is Table 2's "Perturbed
+      Average": the mean of the per-kind perturbed means, and its percentage against the
+      original mean (= the mean of the per-kind percentages when no caption is dropped).
+    * ``robust_rate`` (share of changed captions scoring strictly below their original) and
+      ``mean_score_drop`` (mean of s(original) - s(perturbed), absolute) -- over the
+      ``n`` changed captions only.
+    * Captions a perturbation cannot score (removal of every word: Algorithm 1 would
+      score an empty string) are counted in ``n_not_perturbable`` with their reasons and
+      left out of every mean of that kind.
+
+    The score is the pair scorer's (cosine by default). PR-MCS scores with
+    MCS = 2.5 * max(0, cos), whose percentage equals the cosine's when no cosine is
+    negative (the factor 2.5 cancels).
     """
     per = [[perturb(it.caption, k, p=p, seed=seed, mask=mask, objects=it.objects, **perturb_options) for k in kinds]
            for it in items]
@@ -138,25 +158,56 @@ def run_perturb(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairSco
                 texts.append(q.text)
     flat = _score(encoder, scorer, imgs, texts)
     orig, pos = flat[: len(items)], len(items)
-    rows, stats = [], {k: {"wins": [], "drops": [], "na": 0, "reasons": defaultdict(int)} for k in kinds}
+    rows = []
+    # (lang, kind) -> paired (original, perturbed) scores over the captions that enter the mean
+    pairs: dict = defaultdict(list)
+    changed: dict = defaultdict(list)
+    na: dict = defaultdict(lambda: defaultdict(int))
+    unchanged: dict = defaultdict(int)
+    langs = list(dict.fromkeys(it.lang or "-" for it in items))
     for i, (it, ps) in enumerate(zip(items, per)):
+        lang = it.lang or "-"
         for q in ps:
-            row = {"id": it.id, "source": it.source, "kind": q.kind, "caption": it.caption, "perturbed": q.text,
-                   "score": float(orig[i]), "perturbed_score": None, "robust": None, "reason": q.reason}
+            row = {"id": it.id, "source": it.source, "lang": lang, "kind": q.kind, "caption": it.caption,
+                   "perturbed": q.text, "score": float(orig[i]), "perturbed_score": None, "robust": None,
+                   "unchanged": q.unchanged, "reason": q.reason}
+            key = (lang, q.kind)
             if q.ok:
                 row["perturbed_score"] = float(flat[pos])
                 row["robust"] = bool(orig[i] > flat[pos])
-                stats[q.kind]["wins"].append(row["robust"])
-                stats[q.kind]["drops"].append(orig[i] - flat[pos])
+                pairs[key].append((orig[i], flat[pos]))
+                changed[key].append((orig[i], flat[pos]))
                 pos += 1
+            elif q.unchanged:  # Algorithm 1 emits the caption as it is: it scores what the original scores
+                row["perturbed_score"] = float(orig[i])
+                pairs[key].append((orig[i], orig[i]))
+                unchanged[key] += 1
             else:
-                stats[q.kind]["na"] += 1
-                stats[q.kind]["reasons"][q.reason] += 1
+                na[key][q.reason] += 1
             rows.append(row)
-    summary = [{"kind": k, "n": len(s["wins"]), "n_not_perturbable": s["na"],
-                "not_perturbable_reasons": dict(s["reasons"]),
-                "robust_rate": float(np.mean(s["wins"])) if s["wins"] else None,
-                "mean_score_drop": float(np.mean(s["drops"])) if s["drops"] else None} for k, s in stats.items()]
+    summary = []
+    for lang in langs:
+        lang_orig = [float(orig[i]) for i, it in enumerate(items) if (it.lang or "-") == lang]
+        kind_means = []
+        for k in kinds:
+            key = (lang, k)
+            pr, ch = np.asarray(pairs[key]).reshape(-1, 2), np.asarray(changed[key]).reshape(-1, 2)
+            mo, mp = (float(pr[:, 0].mean()), float(pr[:, 1].mean())) if len(pr) else (None, None)
+            if mp is not None:
+                kind_means.append(mp)
+            summary.append({
+                "lang": lang, "kind": k, "n_captions": len(lang_orig), "n": len(ch),
+                "n_unchanged": unchanged[key], "n_not_perturbable": sum(na[key].values()),
+                "not_perturbable_reasons": dict(na[key]),
+                "mean_original": _f(mo), "mean_perturbed": _f(mp),
+                "pct_change": _f(100 * (mp - mo) / mo) if mo else None,
+                "robust_rate": float(np.mean(ch[:, 0] > ch[:, 1])) if len(ch) else None,
+                "mean_score_drop": float(np.mean(ch[:, 0] - ch[:, 1])) if len(ch) else None})
+        mo = float(np.mean(lang_orig)) if lang_orig else None
+        avg = float(np.mean(kind_means)) if len(kind_means) == len(kinds) and kinds else None
+        summary.append({"lang": lang, "kind": "average", "n_captions": len(lang_orig), "mean_original": _f(mo),
+                        "mean_perturbed": _f(avg),
+                        "pct_change": _f(100 * (avg - mo) / mo) if (avg is not None and mo) else None})
     params = {"kinds": list(kinds), "p": p, "mask": mask, **perturb_options}
     return _meta(encoder, suite, scorer_name, params, seed, source, rows, summary)
 
@@ -164,9 +215,13 @@ def run_perturb(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairSco
 # ============================================================================ LGIP
 def run_lgip(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairScorer = cosine_pairs,
              scorer_name: str = "cosine", seed: int = 0, source: str = "", suite: str = "lgip",
-             **variant_options) -> ProbeResult:
-    """LGIP: invariance error over paraphrases, sensitivity gap and positive rate (PR) over flips,
-    overall and per flip type. Captions without any flip are counted (``n_captions_without_flip``)."""
+             average: str = "pairs", **variant_options) -> ProbeResult:
+    """LGIP (Lee, 2025, §3.3): invariance error E_inv over paraphrases (eq. 4), sensitivity
+    gap E_sens (eqs. 5-6) and positive rate PR (eqs. 7-8) over flips, overall and per
+    flip type. ``average="pairs"`` (default, the reference code and §4.1's "averages over
+    valid image-caption-flip triples") or ``"captions"`` (the nested expectation of the
+    printed equations); see :func:`capscore.probes.metrics.invariance_error`.
+    Captions without any flip are counted (``n_captions_without_flip``)."""
     var = [lgip_variants(it.caption, seed=seed, **variant_options) for it in items]
     imgs, texts = [it.image for it in items], [v.original for v in var]
     para_owner, flip_owner, flip_types = [], [], []
@@ -193,46 +248,64 @@ def run_lgip(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairScorer
                      "paraphrases": [{"text": t, "score": float(s)} for t, s in zip(v.paraphrases, ps)],
                      "flips": [{"text": f.text, "type": f.type, "old": f.old, "new": f.new, "score": float(s)}
                                for f, s in zip(v.flips, fs)]})
-    overall = M.flip_sensitivity(orig, flip, flip_owner)
-    summary = [{"flip_type": "all", "invariance_error": _f(M.invariance_error(orig, para, para_owner)),
+    overall = M.flip_sensitivity(orig, flip, flip_owner, average=average)
+    summary = [{"flip_type": "all", "average": average,
+                "invariance_error": _f(M.invariance_error(orig, para, para_owner, average=average)),
                 "n_paraphrases": npara, "gap_mean": _f(overall.gap_mean), "positive_rate": _f(overall.positive_rate),
                 "n_flips": overall.count, "n_captions": n,
                 "n_captions_without_flip": sum(1 for v in var if not v.flips)}]
-    for t, st in M.flip_sensitivity_by_type(orig, flip, flip_owner, flip_types).items():
-        summary.append({"flip_type": t, "gap_mean": _f(st.gap_mean), "positive_rate": _f(st.positive_rate),
-                        "n_flips": st.count})
-    return _meta(encoder, suite, scorer_name, variant_options, seed, source, rows, summary)
+    for t, st in M.flip_sensitivity_by_type(orig, flip, flip_owner, flip_types, average=average).items():
+        summary.append({"flip_type": t, "average": average, "gap_mean": _f(st.gap_mean),
+                        "positive_rate": _f(st.positive_rate), "n_flips": st.count, "n_captions": st.n_captions})
+    return _meta(encoder, suite, scorer_name, {"average": average, **variant_options}, seed, source, rows, summary)
 
 
 # ============================================================================ SPECS specificity
 def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairScorer = cosine_pairs,
                     scorer_name: str = "cosine", seed: int = 0, source: str = "", suite: str = "specificity",
-                    units: Sequence[Sequence[str]] | None = None, min_steps: int = 2,
-                    max_attached_pps: int = 1) -> ProbeResult:
-    """SPECS specificity rates from detail units (section 4.2).
+                    units: Sequence[Sequence[str]] | None = None, variant: str = "capscore",
+                    min_steps: int | None = None, max_attached_pps: int = 1, grammar: str = "capscore") -> ProbeResult:
+    """SPECS specificity rates from detail units (§3.2, eqs. 1-2; units as in §4.2).
 
     Prefix P_k = units 1..k joined by spaces. SR_pos: share of steps with
-    s(P_{k+1}) > s(P_k); SR_neg: share with s(P_k) > s(P_k + wrong unit).
-    Wrong unit for step k: ``item.wrong_units[k-1]`` when the data has them,
-    otherwise a unit of another item's caption drawn with
-    ``random.Random(f"{seed}|specificity|{id}")`` (a detail from another image is,
-    with overwhelming likelihood, wrong for this one; exact labels come from scenes).
-    ``units`` overrides segmentation (scenes give exact units).
+    s(P_{k+1}) > s(P_k); SR_neg: share with s(P_k) > s(P_k + wrong unit) (the prose of
+    §3.2; eq. 2's printed inequality is reversed). Both are reported triplet-level
+    (eqs. 1-2 as printed: one mean over all N triplets) and per image (the mean of
+    per-image rates, as the SPECS reference evaluation computes it), with counts.
+
+    Wrong unit for step k: ``item.wrong_units[k-1]`` when the data has them; otherwise
+    (``variant="capscore"``) a unit of another item's caption drawn uniformly with
+    ``random.Random(f"{seed}|specificity|{id}")``, or (``variant="reference"``) the unit
+    at the same position (k+1) of one other caption drawn with that generator -- the
+    reference evaluation's rule; a step the other caption is too short for has no
+    wrong unit (counted as invalid). ``variant="reference"`` also applies
+    :func:`capscore.probes.metrics.reference_chain` (last step dropped, score <= 0 is
+    padding, K >= 4). ``units`` overrides segmentation (scenes give exact units).
     """
     from capscore.probes.segment import detail_units
 
+    if variant not in M.SR_VARIANTS:
+        from capscore.errors import param_error
+
+        raise param_error("variant", "run_specificity", "'capscore' or 'reference'", variant)
     segs = [list(u) for u in units] if units is not None else [
-        detail_units(it.caption, max_attached_pps=max_attached_pps) for it in items]
+        detail_units(it.caption, max_attached_pps=max_attached_pps, grammar=grammar) for it in items]
     pool = [(i, u) for i, us in enumerate(segs) for u in us]
     imgs, texts, plan = [], [], []
     for i, (it, us) in enumerate(zip(items, segs)):
         prefixes = [" ".join(us[: k + 1]) for k in range(len(us))]
         wrong = []
         rng = random.Random(f"{seed}|specificity|{it.id}")
-        others = [u for j, u in pool if j != i and u not in us]
+        if variant == "reference":
+            others_i = [j for j in range(len(segs)) if j != i]
+            other = segs[rng.choice(others_i)] if others_i else []
+        else:
+            others = [u for j, u in pool if j != i and u not in us]
         for k in range(len(us) - 1):
             if it.wrong_units is not None:
                 w = it.wrong_units[k] if k < len(it.wrong_units) else None
+            elif variant == "reference":
+                w = other[k + 1] if k + 1 < len(other) else None
             else:
                 w = rng.choice(others) if others else None
             wrong.append(None if w is None else f"{prefixes[k]} {w}")
@@ -255,11 +328,16 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
         pref_scores.append(ps)
         wrong_scores.append(ws)
         rows.append({"id": it.id, "source": it.source, "caption": it.caption, "units": us, "prefix_scores": ps,
-                     "wrong": wrong, "wrong_scores": [_f(x) for x in ws], "steps": max(len(us) - 1, 0),
-                     "too_short": len(us) - 1 < min_steps})
-    sp, sn, mean = M.specificity_rates(pref_scores, wrong_scores, min_steps=min_steps)
-    summary = [{"sr_pos": _f(sp.rate), "sr_neg": _f(sn.rate), "sr_mean": _f(mean), "n_images": len(items),
-                "n_images_pos": sp.n_images, "n_images_neg": sn.n_images,
-                "n_too_short": sum(r["too_short"] for r in rows), "min_steps": min_steps}]
-    params = {"min_steps": min_steps, "max_attached_pps": max_attached_pps, "units_given": units is not None}
+                     "wrong": wrong, "wrong_scores": [_f(x) for x in ws], "steps": max(len(us) - 1, 0)})
+    r = M.specificity_rates(pref_scores, wrong_scores, variant=variant, min_steps=min_steps)
+    summary = [{"variant": variant,
+                "sr_pos": _f(r.pos.triplets), "sr_neg": _f(r.neg.triplets), "sr_mean": _f(r.mean_triplets),
+                "n_triplets_pos": r.pos.n_triplets, "n_triplets_neg": r.neg.n_triplets,
+                "sr_pos_images": _f(r.pos.images), "sr_neg_images": _f(r.neg.images),
+                "sr_mean_images": _f(r.mean_images),
+                "n_images": len(items), "n_images_pos": r.pos.n_images, "n_images_neg": r.neg.n_images,
+                "n_skipped_pos": r.pos.n_skipped, "n_skipped_neg": r.neg.n_skipped,
+                "min_steps": 2 if (min_steps is None and variant == "reference") else (min_steps or 1)}]
+    params = {"variant": variant, "min_steps": min_steps, "max_attached_pps": max_attached_pps, "grammar": grammar,
+              "units_given": units is not None}
     return _meta(encoder, suite, scorer_name, params, seed, source, rows, summary)

@@ -86,12 +86,14 @@ def run_scenes_flips(encoder, *, args, **common):
 def run_scenes_lgip(encoder, *, args, **common):
     scenes = _scenes(args.n_scenes, args.seed)
     items = [ProbeItem(s.id, s.render(), s.short_caption(), f"scene {s.id}") for s in scenes]
-    return R.run_lgip(encoder, items, seed=args.seed, suite="scenes-lgip", lists=_lgip_lists(), **common)
+    return R.run_lgip(encoder, items, seed=args.seed, suite="scenes-lgip", lists=_lgip_lists(),
+                      average=getattr(args, "lgip_average", "pairs"), **common)
 
 
 def run_scenes_specificity(encoder, *, args, **common):
     items, units = specificity_inputs(_scenes(args.n_scenes, args.seed), seed=args.seed)
-    return R.run_specificity(encoder, items, seed=args.seed, suite="scenes-specificity", units=units, **common)
+    return R.run_specificity(encoder, items, seed=args.seed, suite="scenes-specificity", units=units,
+                             variant=getattr(args, "sr_variant", "capscore"), **common)
 
 
 def run_scenes_perturb(encoder, *, args, **common):
@@ -101,7 +103,8 @@ def run_scenes_perturb(encoder, *, args, **common):
     items = [ProbeItem(s.id, s.render(), s.short_caption(), f"scene {s.id}", tuple(SHAPES)) for s in scenes]
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     return R.run_perturb(encoder, items, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask,
-                         suite="scenes-perturb", **common)
+                         removal=getattr(args, "removal", "keep-drawn"),
+                         ensure_change=getattr(args, "ensure_change", False), suite="scenes-perturb", **common)
 
 
 SCENE_SUITES = {

@@ -1,14 +1,31 @@
 """SPECS detail units (Chen et al., 2025, "SPECS: Specificity-Enhanced CLIP-Score for
 Long Image Caption Evaluation", section 4.2 and appendix A).
 
-A caption is cut into *detail units* with POS tags (spaCy, Penn tags) and the
-paper's chunk grammar, applied as a cascade on node sequences::
+A caption is cut into *detail units* with POS tags (spaCy, Penn tags) and a chunk
+grammar applied as a cascade on node sequences (NLTK ``RegexpParser`` order: each
+rule sees the chunks of the rules before it). Two grammars (``grammar=``):
+
+``"paper"`` -- App. A exactly::
+
+    NP:     {<DT>?<JJ.*>*<NN.*>+}
+    VP:     {<VB.*><NP|PP|CLAUSE>+$}
+    PP:     {<IN><NP>}
+    CLAUSE: {<NP><VP>}
+
+``"capscore"`` (default) -- capscore's extension of it::
 
     NP:     {<DT>?<JJ>*<NN.*>+}            (also PRP$/CD/PDT determiners, CD/VBN adjectives, PRP)
     VP:     {<RB>*<VB.*>+<RB|VB.*>*<NP|JJ>*}
     PP:     {<RB>?<IN|TO><NP>}
     CLAUSE: {<NP><VP>}
     CONJ:   {<CC><NP|VP|PP|CLAUSE>+}
+
+Why capscore's differs (measured, ``docs/papers.md`` SPECS table): the paper's VP is
+anchored with ``$`` to the end of the sentence, and when it runs only NPs exist, so
+a verb phrase is chunked only when nothing but noun phrases follows the verb up to
+the sentence end -- never in a sentence that ends with a period -- and a caption's
+verbs, adverbs, numbers and possessives then fall outside every chunk and run on
+into the next unit.
 
 A unit closes after each top-level NP, VP, PP or CLAUSE (a CONJ, like loose
 tokens, runs on into the next unit, as in the reference chunker); sentences
@@ -58,6 +75,21 @@ _CASCADE = (
     ("s", r"nv"),
     ("c", r"C[npvs]+"),
 )
+# App. A as printed: DT only as determiner, JJ.* adjectives, VB.* verbs, IN prepositions.
+_CLASS_PAPER = {
+    "DT": "D",
+    **dict.fromkeys(["JJ", "JJR", "JJS"], "A"),
+    **dict.fromkeys(["NN", "NNS", "NNP", "NNPS"], "N"),
+    "IN": "P",
+    **dict.fromkeys(["VB", "VBD", "VBG", "VBN", "VBP", "VBZ"], "V"),
+}
+_CASCADE_PAPER = (
+    ("n", r"D?A*N+"),
+    ("v", r"V[nps]+$"),  # <VB.*><NP|PP|CLAUSE>+$ ; only NPs exist when it runs
+    ("p", r"Pn"),
+    ("s", r"nv"),
+)
+GRAMMARS = {"capscore": (_CLASS, _CASCADE), "paper": (_CLASS_PAPER, _CASCADE_PAPER)}
 _CLOSING = set("npvs")
 _CONTENT_POS = {"NOUN", "PROPN", "VERB", "ADJ", "NUM", "PRON", "AUX"}
 
@@ -84,10 +116,11 @@ def load_parser(name: str | None = SPACY_MODEL):
     return load_spacy(name, disable=("ner", "lemmatizer"))
 
 
-def _chunk(tags: list[str]) -> list[_Node]:
+def _chunk(tags: list[str], grammar: str = "capscore") -> list[_Node]:
     """Run the cascade over one sentence's Penn tags -> top-level nodes."""
-    nodes = [_Node(_CLASS.get(t, "X"), i, i + 1) for i, t in enumerate(tags)]
-    for label, pattern in _CASCADE:
+    classes, cascade = GRAMMARS[grammar]
+    nodes = [_Node(classes.get(t, "X"), i, i + 1) for i, t in enumerate(tags)]
+    for label, pattern in cascade:
         s = "".join(n.label for n in nodes)
         out, last = [], 0
         for m in re.finditer(pattern, s):
@@ -100,20 +133,26 @@ def _chunk(tags: list[str]) -> list[_Node]:
     return nodes
 
 
-def detail_units(caption: str, *, nlp=None, max_attached_pps: int = 1) -> list[str]:
+def detail_units(caption: str, *, nlp=None, max_attached_pps: int = 1, grammar: str = "capscore") -> list[str]:
     """Split ``caption`` into SPECS detail units (see module docstring)."""
-    return [caption[a:b] for a, b in detail_unit_spans(caption, nlp=nlp, max_attached_pps=max_attached_pps)]
+    return [caption[a:b] for a, b in detail_unit_spans(caption, nlp=nlp, max_attached_pps=max_attached_pps,
+                                                       grammar=grammar)]
 
 
-def detail_unit_spans(caption: str, *, nlp=None, max_attached_pps: int = 1) -> list[tuple[int, int]]:
+def detail_unit_spans(caption: str, *, nlp=None, max_attached_pps: int = 1,
+                      grammar: str = "capscore") -> list[tuple[int, int]]:
     """Character spans (start, end) of the detail units; they tile the caption (minus outer spaces)."""
+    if grammar not in GRAMMARS:
+        from capscore.errors import param_error
+
+        raise param_error("grammar", "detail_units", "'capscore' or 'paper' (App. A)", grammar)
     doc = (nlp or load_parser())(caption)
     spans: list[tuple[int, int]] = []
     for sent in doc.sents:
         toks = list(sent)
         if not toks:
             continue
-        segs = _segment_sentence(toks, max_attached_pps)
+        segs = _segment_sentence(toks, max_attached_pps, grammar)
         for j in range(1, len(segs)):  # leading punctuation (", a table") belongs to the unit before
             while segs[j].start < segs[j].end - 1 and toks[segs[j].start].is_punct:
                 segs[j].start += 1
@@ -125,8 +164,8 @@ def detail_unit_spans(caption: str, *, nlp=None, max_attached_pps: int = 1) -> l
     return spans
 
 
-def _segment_sentence(toks, max_attached_pps: int) -> list[_Seg]:
-    nodes = _chunk([t.tag_ for t in toks])
+def _segment_sentence(toks, max_attached_pps: int, grammar: str = "capscore") -> list[_Seg]:
+    nodes = _chunk([t.tag_ for t in toks], grammar)
     segs: list[_Seg] = []
     cur: list[_Node] = []
 

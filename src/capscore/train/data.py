@@ -11,11 +11,17 @@ field              recipes               meaning
 =================  ====================  ==================================================
 ``image``          all                   image path
 ``caption``        all                   the caption (for ``specs``: the long caption)
-``base``           specs                 c_j, a prefix of the caption (e.g. its first sentence)
-``detail``         specs                 d⁺, one detail unit true of the image, appended to ``base``
-``perturbed``      prmcs (fine-tune)     list of perturbed captions (optional: made from
-                                         ``caption`` with the five PR-MCS perturbations)
-``translations``   prmcs (distill)       {"lang": "caption in that language", ...}
+``base``           specs (optional)      c_j, a prefix of the caption (e.g. its first sentence)
+``detail``         specs (optional)      d⁺, one detail unit true of the image, appended to ``base``;
+                                         without base/detail the caption is cut into detail
+                                         units (SPECS §4.3: "captions, segmented as described
+                                         above") and each draw takes a random prefix c_j and
+                                         the next unit as d⁺ (:func:`specs_units`)
+``perturbed``      prmcs (fine-tune)     perturbed captions written by people (PR-MCS §5.4,
+                                         M-FineCap3k few-shot): a list (perturbations of
+                                         ``caption``) or {"lang": [...]} per language; used
+                                         instead of generated perturbations where present
+``translations``   prmcs                 {"lang": "caption in that language", ...}
 ``gen_image``      pacs                  path of an image generated from ``caption``
 ``gen_caption``    pacs                  a caption generated for ``image``
 =================  ====================  ==================================================
@@ -42,6 +48,8 @@ class Example:
     gen_image: ImageRef | None = None
     gen_caption: str | None = None
     source: str = ""  # file:line or scene id, for errors
+    units: tuple[str, ...] = ()  # SPECS detail units of ``caption`` (when base/detail are not given)
+    perturbed_by_lang: tuple[tuple[str, tuple[str, ...]], ...] = ()  # {"lang": [...]} form of ``perturbed``
     extra: dict = field(default_factory=dict, compare=False, repr=False)  # e.g. the Scene object
 
 
@@ -67,15 +75,51 @@ def read_jsonl(path: str | Path) -> list[Example]:
         if not isinstance(tr, dict):
             raise InputError(where, "'translations' must be an object {lang: text}", got=tr)
         pert = row.get("perturbed") or []
-        if isinstance(pert, str) or not all(isinstance(p, str) for p in pert):
-            raise InputError(where, "'perturbed' must be a list of strings", got=pert)
+        by_lang: dict = {}
+        if isinstance(pert, dict):
+            by_lang, pert = pert, []
+            if not all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in by_lang.values()):
+                raise InputError(where, "'perturbed' must be a list of strings or {lang: [strings]}", got=by_lang)
+        elif isinstance(pert, str) or not all(isinstance(p, str) for p in pert):
+            raise InputError(where, "'perturbed' must be a list of strings or {lang: [strings]}", got=pert)
 
         def img(key):
             return ImageRef(path=root / row[key], name=f"{where}: {row[key]}") if row.get(key) else None
 
         out.append(Example(img("image"), row["caption"], row.get("base"), row.get("detail"), tuple(pert),
-                           tuple(sorted(tr.items())), img("gen_image"), row.get("gen_caption"), where))
+                           tuple(sorted(tr.items())), img("gen_image"), row.get("gen_caption"), where,
+                           perturbed_by_lang=tuple(sorted((k, tuple(v)) for k, v in by_lang.items()))))
     return out
+
+
+def specs_units(examples: list[Example], *, grammar: str = "capscore") -> tuple[list[Example], list[str]]:
+    """Detail units for the SPECS examples that lack ``base``/``detail``.
+
+    SPECS §4.3 fine-tunes on "ShareGPT-4V captions, segmented as described above"
+    (§4.2, App. A): the caption is cut with :func:`capscore.probes.segment.detail_units`
+    and every draw builds a triplet from a random prefix (see the ``specs`` recipe).
+    Returns (usable examples, sources of the examples skipped because their caption
+    has fewer than two units and so gives no (c_j, c_j + d⁺) pair). Callers report the
+    skipped ones.
+    """
+    from dataclasses import replace
+
+    from capscore.probes.segment import detail_units
+
+    out, skipped = [], []
+    for ex in examples:
+        if ex.base and ex.detail:
+            out.append(ex)
+            continue
+        if ex.base or ex.detail:
+            raise InputError(ex.source or "example", "give both 'base' and 'detail', or neither (the caption is "
+                             "then segmented into detail units)", got={"base": ex.base, "detail": ex.detail})
+        units = tuple(detail_units(ex.caption, grammar=grammar))
+        if len(units) < 2:
+            skipped.append(ex.source)
+            continue
+        out.append(replace(ex, units=units))
+    return out, skipped
 
 
 def negative_detail(details: list[str], i: int, rng: random.Random, *, shuffle_prob: float = 0.9) -> str:

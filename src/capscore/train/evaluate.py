@@ -6,7 +6,8 @@ with a fresh in-memory cache, after ``backbone.invalidate_identity()``:
 * ``r1_t2i`` / ``r1_i2t``: retrieval recall@1 between images and their short captions
   (the "retrieval cost" of a fine-tune shows here);
 * ``sr_pos`` / ``sr_neg`` / ``sr_mean``: SPECS specificity rates through
-  :func:`capscore.probes.run.run_specificity` with the scenes' exact detail units;
+  :func:`capscore.probes.run.run_specificity` with the scenes' exact detail units,
+  triplet-level as eqs. 1-2 define them; ``sr_*_images`` the per-image means;
 * ``oracle_tau`` (+ ``oracle_tau_<lang>``): Kendall's tau-b between cosine(image, caption)
   and the scenes oracle F1 over graded captions, pooled over scenes;
 * ``drop_<kind>_<lang>``: mean cosine drop s(o) − s(p) under each PR-MCS
@@ -46,7 +47,8 @@ def scene_evaluator(n: int = 48, *, seed: int = 10_000, languages: tuple[str, ..
 
             items = [ProbeItem(s.id, im, s.long_caption()) for s, im in zip(scenes, images)]
             res = run_specificity(enc, items, units=[s.detail_units() for s in scenes], seed=seed)
-            out |= {k: res.summary[0][k] for k in ("sr_pos", "sr_neg", "sr_mean")}
+            out |= {k: res.summary[0][k] for k in ("sr_pos", "sr_neg", "sr_mean", "sr_pos_images", "sr_neg_images",
+                                                    "sr_mean_images")}
         for lang in languages:
             caps = [c.realise(lang) for g in graded[lang] for c, _ in g]
             f1 = [o.f1 for g in graded[lang] for _, o in g]
@@ -69,7 +71,7 @@ def _drops(enc: Encoder, scenes, img: torch.Tensor, lang: str, seed: int) -> dic
     for kind in PERTURBATIONS:
         if kind == "substitution" and lang != "en":
             continue
-        pert = [perturb(o, kind, seed=seed) for o in orig]
+        pert = [perturb(o, kind, seed=seed, ensure_change=True) for o in orig]  # a change in every caption
         keep = [i for i, p in enumerate(pert) if p.ok]
         s_p = (img[keep] * enc.encode_texts([pert[i].text for i in keep])).sum(-1)
         out[f"drop_{kind}_{lang}"] = float((s_orig[keep] - s_p).mean())  # cosine points

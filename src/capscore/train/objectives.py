@@ -76,6 +76,10 @@ def dynamic_margin(bigger: torch.Tensor, smaller: torch.Tensor, *, low: float = 
     return float((bigger.detach() - smaller.detach()).mean().clamp(low, high))
 
 
+SPECS_THETAS = ("logit", "cosine")
+SPECS_MARGINS = ("carried", "per-batch")
+
+
 def specs_loss(
     image: torch.Tensor,
     caption: torch.Tensor,
@@ -91,41 +95,64 @@ def specs_loss(
     gamma: float = 0.8,
     margin_max: float = 1.5,
     symmetric: bool = False,
+    theta: str = "logit",
+    margin_mode: str = "carried",
 ) -> SpecsLoss:
     """SPECS (Chen, Salazar, Kementchedjhieva, 2025, "SPECS: Specificity-Enhanced
-    CLIP-Score for Long Image Caption Evaluation", section 3, eqs. 3–4).
+    CLIP-Score for Long Image Caption Evaluation", section 3.3, eqs. 3–4).
 
     Inputs are (B, D): the image, the full caption (contrastive term), the base
     text c_j, c_j + d⁺ (a correct detail added) and c_j + d⁻ (a wrong detail added).
-    With θ(x) = scale · cos(image, x) on the matched pair:
+    With θ(x) on the matched pair:
 
       L_detail = mean relu(ε + θ(c_j) − θ(c_j + d⁺))      a correct detail must raise the score
       L_neg    = mean relu(ε + θ(c_j + d⁻) − θ(c_j))      a wrong detail must lower it
-      L = α·L_contrastive + β·L_detail + γ·L_neg           (α, β, γ = 1, 8, 0.8)
+      L = α·L_contrastive + β·L_detail + γ·L_neg           (α, β, γ = 1, 8, 0.8; §4.3)
 
-    Margin ε (open choices, all exposed):
-      * dynamic (default, ``fixed_margin=None``): each hinge uses the current ε, then
-        ε ← clamp(mean(θ_bigger − θ_smaller), 0, ``margin_max``), detached; updated after
-        L_detail and again after L_neg, and carried to the next step (return value
-        ``margin``) — the order of the SPECS reference code.
-      * fixed: only when the caller sets ``fixed_margin`` explicitly. (The reference
-        CLI's default 1e-3 is non-zero and so silently selects a fixed margin; here
-        the default is the dynamic one.)
-    ``symmetric=False`` (default) uses text -> image cross-entropy only, as the SPECS
-    code does; ``True`` gives the symmetric CLIP loss.
+    Eq. 3 prints max(0, θ(i, c_j + d⁺) − θ(i, c_j) + ε), which would *penalise* a
+    detail that raises the score; §3.3's prose ("rewards higher similarity scores for
+    incrementally more informative captions") fixes the sign used here.
+
+    Defaults = the SPECS reference code (its ``DetailLossCalculator``, "calculate the
+    loss of SPEC"), which produced the published model; the printed equations are options:
+
+    * ``theta="logit"`` (default, reference): θ = scale · cos(image, text), the logits.
+      ``"cosine"``: θ = cos(image, text), as §3.2 defines θ ("θ is the cosine similarity").
+    * ``margin_mode="carried"`` (default, reference): each hinge uses the current ε, then
+      ε ← clamp(mean(θ_bigger − θ_smaller), 0, ``margin_max``), detached — updated after
+      L_detail and again after L_neg, and carried to the next step (return value
+      ``margin``). ``"per-batch"``: as printed, "ε is a batch-wise average similarity
+      difference between detailed and base captions, which is detached ... and clamped":
+      L_detail uses ε⁺ = clamp(mean(θ(c_j + d⁺) − θ(c_j))) of *this* batch, and L_neg,
+      "computed by analogy", ε⁻ = clamp(mean(θ(c_j) − θ(c_j + d⁻))); clamp to
+      [0, ``margin_max``] (the paper gives no bounds; these are the reference's).
+    * ``fixed_margin``: a constant ε for both hinges (the reference switches to it
+      when its ``epsilon`` option is non-zero; here only when set explicitly).
+    ``symmetric=False`` (default) uses text -> image cross-entropy only, as the
+    reference's ``clip_loss(logits_caption)`` does; ``True`` gives the symmetric CLIP loss.
     """
+    if theta not in SPECS_THETAS:
+        raise param_error("theta", "specs_loss", "'logit' (reference code) or 'cosine' (§3.2)", theta)
+    if margin_mode not in SPECS_MARGINS:
+        raise param_error("margin_mode", "specs_loss", "'carried' (reference code) or 'per-batch' (eq. 3)",
+                          margin_mode)
     s = _as_scale(scale)
     img = _unit(image)
 
-    def theta(t):  # (B,) logit-scaled cosine on the matched pair
-        return s * (img * _unit(t)).sum(-1)
+    def th(t):  # (B,) cosine on the matched pair, logit-scaled unless theta="cosine"
+        cos = (img * _unit(t)).sum(-1)
+        return cos if theta == "cosine" else s * cos
 
-    th_base, th_det, th_neg = theta(base), theta(detail), theta(negative)
+    th_base, th_det, th_neg = th(base), th(detail), th(negative)
     l_con = contrastive_loss(image, caption, s, symmetric=symmetric)
     if fixed_margin is not None:
         l_det = hinge(th_det, th_base, fixed_margin)
         l_neg = hinge(th_base, th_neg, fixed_margin)
         eps = float(fixed_margin)
+    elif margin_mode == "per-batch":
+        l_det = hinge(th_det, th_base, dynamic_margin(th_det, th_base, high=margin_max))
+        eps = dynamic_margin(th_base, th_neg, high=margin_max)
+        l_neg = hinge(th_base, th_neg, eps)
     else:
         l_det = hinge(th_det, th_base, margin)
         eps = dynamic_margin(th_det, th_base, high=margin_max)

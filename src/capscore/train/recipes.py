@@ -10,11 +10,15 @@ hyper-parameters with defaults (``--set key=value`` overrides them), a
                  tower to 248 (LongCLIP long-caption fine-tuning, without LongCLIP's
                  short-caption principal-component term)
 ``specs``        SPECS: (image, c_j, c_j + d⁺, c_j + d⁻) with the dynamic margin; stretches
-                 to 248 first when the tower has 77 positions (SPECS builds on LongCLIP)
+                 to 248 first when the tower has 77 positions (SPECS builds on LongCLIP);
+                 without ``base``/``detail`` the caption's detail units give the triplets.
+                 ``theta`` (logit | cosine) and ``margin`` (carried | per-batch) choose
+                 between the reference code (default) and the printed eqs. 3-4
 ``prmcs``        PR-MCS: ``distill_steps`` of multilingual distillation of a student text
                  tower (a copy of the CLIP text tower) into the frozen teacher, then
-                 PR-MCS fine-tuning of the student with the five perturbations; the image
-                 tower is frozen throughout
+                 PR-MCS fine-tuning of the student with the five perturbations (or the
+                 data's human-written ``perturbed`` captions); every batch mixes English
+                 and the translations; the image tower is frozen throughout
 ``pacs``         PAC-S: real pairs + generated images + generated captions
 ===============  ========================================================================
 """
@@ -45,6 +49,8 @@ class Recipe:
     export: str = "ckpt"  # what the trained model is exported as
     citation: str = ""
     notes: dict = field(default_factory=dict)
+    # optimiser / batch defaults of the paper, used where the user passes none (``capscore train``)
+    optim: dict = field(default_factory=dict)
 
 
 def _scale(bb: Backbone) -> torch.Tensor:
@@ -76,20 +82,40 @@ def _contrastive_step(bb, batch, *, p, pixels, **_):
 
 # ----------------------------------------------------------------------------- SPECS
 def _specs_prepare(bb, p):
+    from capscore.errors import param_error
+    from capscore.probes.segment import GRAMMARS
+
+    for key, ok in (("theta", obj.SPECS_THETAS), ("margin", obj.SPECS_MARGINS), ("grammar", tuple(GRAMMARS))):
+        if p[key] not in ok:
+            raise param_error(key, "the specs recipe (--set)", " or ".join(repr(o) for o in ok), p[key])
     _common_prepare(bb, p)
     return {"margin": 0.0}
 
 
+def specs_triplet(e: Example, rng: random.Random) -> tuple[str, str]:
+    """(c_j, d⁺) of one example: its ``base``/``detail`` when given, else a prefix of its
+    detail units of random length j (1 <= j < m, uniform) and unit j + 1 (SPECS §3.1:
+    "every subsequence of detail units, built cumulatively from left to right,
+    constitutes a valid caption"; §4.3 does not say how the j of a draw is chosen --
+    capscore draws one per example per step, so an epoch sees each image once)."""
+    if e.base and e.detail:
+        return e.base, e.detail
+    j = rng.randrange(1, len(e.units))
+    return " ".join(e.units[:j]), e.units[j]
+
+
 def _specs_step(bb, batch, *, p, pixels, state, rng, **_):
-    details = [e.detail for e in batch]
+    trip = [specs_triplet(e, rng) for e in batch]
+    details = [d for _, d in trip]
     neg = [negative_detail(details, i, rng, shuffle_prob=p["shuffle_prob"]) for i in range(len(batch))]
-    texts = [e.caption for e in batch] + [e.base for e in batch]
-    texts += [f"{e.base} {e.detail}" for e in batch] + [f"{e.base} {n}" for e, n in zip(batch, neg)]
+    texts = [e.caption for e in batch] + [b for b, _ in trip]
+    texts += [f"{b} {d}" for b, d in trip] + [f"{b} {n}" for (b, _), n in zip(trip, neg)]
     t = encode_texts(bb, texts).view(4, len(batch), -1)  # (4, B, D): caption, c_j, c_j+d⁺, c_j+d⁻
     img, _ = bb.forward_images(pixels([e.image for e in batch]))
     out = obj.specs_loss(img, t[0], t[1], t[2], t[3], _scale(bb), margin=state["margin"],
                          fixed_margin=p["fixed_margin"], alpha=p["alpha"], beta=p["beta"], gamma=p["gamma"],
-                         margin_max=p["margin_max"], symmetric=bool(p["symmetric"]))
+                         margin_max=p["margin_max"], symmetric=bool(p["symmetric"]), theta=p["theta"],
+                         margin_mode=p["margin"])
     state["margin"] = out.margin
     return out.loss, {"contrastive": out.contrastive.item(), "detail": out.detail.item(),
                       "negative": out.negative.item(), "margin": out.margin}
@@ -119,30 +145,67 @@ def _perturb(text: str, lang: str, rng: random.Random, p: dict) -> str:
     for kind in kinds:  # substitution needs nouns (spaCy, English) — fall through to another kind
         if kind == "substitution" and lang != "en":
             continue
-        out = perturb(text, kind, p=p["perturb_p"], seed=rng.randrange(2**31))
+        out = perturb(text, kind, p=p["perturb_p"], seed=rng.randrange(2**31), ensure_change=True)
         if out.ok:
             return out.text
     return text + " " + text  # pragma: no cover - one-word captions
 
 
+def languages_of(e: Example) -> dict[str, str]:
+    """{lang: caption}: the translations plus ``caption`` itself as English when no "en" is given."""
+    tr = dict(e.translations)
+    tr.setdefault("en", e.caption)
+    return tr
+
+
+def _given_perturbed(e: Example, lang: str, text: str) -> tuple[str, ...]:
+    """Human-written perturbed captions for ``text`` in ``lang`` (PR-MCS §5.4, M-FineCap3k few-shot)."""
+    by_lang = dict(e.perturbed_by_lang)
+    if lang in by_lang:
+        return by_lang[lang]
+    return e.perturbed if text == e.caption else ()
+
+
+def batch_languages(batch: list[Example], rng: random.Random) -> list[str]:
+    """One language per example such that every batch mixes English and the translated languages
+    (PR-MCS §5.1: MSCOCO captions "translated into four other languages"; every batch holds all
+    five): example i takes language (i + offset) mod L of the sorted languages, offset random per
+    batch; an example lacking that language takes one of its own at random."""
+    langs = sorted({lang for e in batch for lang in languages_of(e)})
+    off = rng.randrange(len(langs))
+    out = []
+    for i, e in enumerate(batch):
+        own = languages_of(e)
+        want = langs[(i + off) % len(langs)]
+        out.append(want if want in own else rng.choice(sorted(own)))
+    return out
+
+
 def _prmcs_step(bb, batch, *, p, pixels, step, rng, **_):
-    langs = [[lang for lang, _ in e.translations] for e in batch]
-    tr = [dict(e.translations) for e in batch]
+    tr = [languages_of(e) for e in batch]
     if step < p["distill_steps"]:  # stage 1: student(translation) -> teacher(English)
-        pick = [rng.choice(ls) for ls in langs]
+        pick = batch_languages(batch, rng)
         student = encode_texts(bb, [t[lang] for t, lang in zip(tr, pick)])
-        teacher = _teacher_texts(bb, [t.get("en", e.caption) for t, e in zip(tr, batch)])
+        teacher = _teacher_texts(bb, [t["en"] for t in tr])
         loss = obj.distillation_loss(student, teacher)
         return loss, {"distill": loss.item()}
-    pick = [rng.choice(ls) for ls in langs]  # stage 2: PR-MCS on a random language per example
+    pick = batch_languages(batch, rng)  # stage 2: PR-MCS, the batch mixes all languages
     orig = [t[lang] for t, lang in zip(tr, pick)]
-    pert = [_perturb(o, lang, rng, p) for o, lang in zip(orig, pick)]
+    pert, given = [], 0
+    for e, o, lang in zip(batch, orig, pick):
+        human = _given_perturbed(e, lang, o)
+        if human:  # the data's own perturbed captions win over generated ones
+            pert.append(rng.choice(human))
+            given += 1
+        else:
+            pert.append(_perturb(o, lang, rng, p))
     t = encode_texts(bb, orig + pert).view(2, len(batch), -1)  # (2, B, D)
     img, _ = bb.forward_images(pixels([e.image for e in batch]))
     out = obj.prmcs_loss(img, t[0], t[1], _scale(bb), margin=p["margin"],
                          lambdas=(p["lambda1"], p["lambda2"], p["lambda3"]))
     return out.loss, {"clip": out.clip.item(), "align": out.align.item(),
-                      "image_perturbed": out.image_perturbed.item(), "text_perturbed": out.text_perturbed.item()}
+                      "image_perturbed": out.image_perturbed.item(), "text_perturbed": out.text_perturbed.item(),
+                      "perturbed_from_data": given / len(batch)}
 
 
 # ----------------------------------------------------------------------------- PAC-S
@@ -162,13 +225,20 @@ RECIPES: dict[str, Recipe] = {
     for r in [
         Recipe("contrastive", ("caption",), dict(COMMON), _contrastive_prepare, _contrastive_step,
                citation="Radford et al., 2021 (CLIP)"),
-        Recipe("specs", ("caption", "base", "detail"),
+        Recipe("specs", ("caption",),
                dict(COMMON, stretch=1, alpha=1.0, beta=8.0, gamma=0.8, fixed_margin=None, margin_max=1.5,
-                    shuffle_prob=0.9, symmetric=0),
-               _specs_prepare, _specs_step, citation="Chen, Salazar, Kementchedjhieva, 2025 (SPECS), eqs. 3-4"),
-        Recipe("prmcs", ("caption", "translations"),
+                    shuffle_prob=0.9, symmetric=0, theta="logit", margin="carried", grammar="capscore"),
+               _specs_prepare, _specs_step, citation="Chen, Salazar, Kementchedjhieva, 2025 (SPECS), eqs. 3-4",
+               # §4.3: "Adam ... learning rate of 1e-5, weight decay of 1e-2, batch size of 100 per GPU, and
+               # gradient accumulation over 4 steps (yielding an effective batch size of 400)"; Adam's
+               # default betas/eps (the paper names none)
+               optim=dict(lr=1e-5, weight_decay=1e-2, batch_size=100, accum=4, betas=(0.9, 0.999), eps=1e-8)),
+        Recipe("prmcs", ("caption",),
                dict(distill_steps=50, margin=0.1, lambda1=0.1, lambda2=0.05, lambda3=0.05, perturb_p=0.4),
-               _prmcs_prepare, _prmcs_step, citation="Kim et al., 2023 (PR-MCS), sections 3.1 and 3.4"),
+               _prmcs_prepare, _prmcs_step, citation="Kim et al., 2023 (PR-MCS), sections 3.1 and 3.4",
+               # App. B.2: "AdamW ... beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8. The initial learning rate is
+               # 5e-5"; weight decay unstated: torch.optim.AdamW's default 1e-2
+               optim=dict(lr=5e-5, weight_decay=1e-2, betas=(0.9, 0.999), eps=1e-8)),
         Recipe("pacs", ("caption", "gen_image", "gen_caption"), dict(COMMON, lambda_v=0.05, lambda_t=0.05),
                _contrastive_prepare, _pacs_step, citation="Sarto et al., CVPR 2023 (PAC-S), eq. 2"),
     ]
