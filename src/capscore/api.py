@@ -260,6 +260,9 @@ def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = Non
         if col is not None and col not in df.columns:
             raise CapscoreError(f"capscore.score_frame: no column {col!r}; columns are {list(df.columns)}")
     refs = None if refs_col is None else list(df[refs_col])
+    if any(isinstance(c, (list, tuple)) for c in df[caption_col]):
+        raise CapscoreError(f"capscore.score_frame: column {caption_col!r} holds lists; give one caption per row "
+                            "(explode the frame first), or use capscore.score for several candidates per image")
     long = score(list(df[image_col]), list(df[caption_col]), refs, model=model, metric=metric, as_frame=True,
                  **options)
     out = df.copy()
