@@ -100,12 +100,23 @@ def _as_tuples(pairs):
 
 
 def test_pairs_on_the_papers_examples():
+    """abe-clip.txt parses with Stanza; capscore with spaCy. The paper's own sentences: Fig. 1 (a) positive
+    and negative ("A green scooter is parked near a curb in front of a blue vintage car"), Fig. 3 ("A yellow
+    cylinder and a red cube."), and section 4.1.1's ARO-A template "the A1 O1 and the A2 O2"."""
     got = extract_pairs([
         "A blue scooter is parked near a curb in front of a green vintage car",
         "A yellow cylinder and a red cube",
         "a red and blue car",
         "the small metal sphere",
     ])
+    neg, fig3, aro = extract_pairs([
+        "A green scooter is parked near a curb in front of a blue vintage car",
+        "A yellow cylinder and a red cube.",
+        "the white horse and the brown dog",
+    ])
+    assert _as_tuples(neg) == [("green", "scooter"), ("blue", "car"), ("vintage", "car")]
+    assert _as_tuples(fig3) == [("yellow", "cylinder"), ("red", "cube")]
+    assert _as_tuples(aro) == [("white", "horse"), ("brown", "dog")]
     assert _as_tuples(got[0]) == [("blue", "scooter"), ("green", "car"), ("vintage", "car")]
     assert _as_tuples(got[1]) == [("yellow", "cylinder"), ("red", "cube")]
     assert _as_tuples(got[2]) == [("red", "car"), ("blue", "car")]  # conjoined adjectives
@@ -128,6 +139,8 @@ def test_word_spans_follow_bpe(tiny_backbone):
 def test_concept_pool_parsing_and_neighbours(tmp_path):
     pool = parse_pool("# comment\nCube\n\nsphere  # trailing\ncube\n", source="x.txt")
     assert pool.words == ("cube", "sphere")
+    # SPLiCE's vocabulary files (one concept per line) read unchanged: a '#' glued to a word is not a comment
+    assert parse_pool("...#\nmotorbike\n?#\n", source="laion.txt").words == ("...#", "motorbike", "?#")
     with pytest.raises(CapscoreError, match="x.txt.*empty"):
         parse_pool("# nothing\n", source="x.txt")
     assert len(load_concept_pool()) > 200 and "cube" in load_concept_pool().words

@@ -199,7 +199,7 @@ def test_shorter_context_slices_and_bad_context_errors(ref):
 
 
 def test_pacpp_lora_factors_are_merged(ref):
-    """PAC++ (loralib): W_eff = W + (B @ A) * alpha / r, alpha = 1."""
+    """loralib: W_eff = W + (B @ A) * alpha / r, alpha = 1; PAC++'s MLP factors are not applied by default."""
     from capscore.backbones.openai_ckpt import merge_lora
 
     sd = {
@@ -210,13 +210,23 @@ def test_pacpp_lora_factors_are_merged(ref):
         "blk.mlp.c_fc.lora_A": torch.tensor([[3.0, 1.0]]),  # r = 1
         "blk.mlp.c_fc.lora_B": torch.tensor([[2.0]]),
         "blk.mlp.c_fc.bias": torch.tensor([0.5]),
+        # PAC++'s lora_layers.Conv2d: kernel 2, C_in 1, C_out 1, r = 1 -> A (r·k, C_in·k) = (2, 2), B (C_out·k, r·k) = (2, 2)
+        "visual.conv1.weight": torch.zeros(1, 1, 2, 2),
+        "visual.conv1.lora_A": torch.tensor([[1.0, 0.0], [0.0, 1.0]]),
+        "visual.conv1.lora_B": torch.tensor([[1.0, 2.0], [3.0, 4.0]]),
     }
     out = merge_lora(sd)
     # in_proj: B @ A = [[1,2],[0,0],[0,2],[0,0],[0,0],[4,8]], scaled by 1/2
     assert out["blk.attn.in_proj_weight"].tolist() == [[1.5, 1.0], [0.0, 1.0], [2.0, 3.0], [0.0, 0.0], [1.0, 1.0], [5.0, 4.0]]
-    assert out["blk.mlp.c_fc.weight"].tolist() == [[7.0, 3.0]]  # [1,1] + [6,2]·1
+    # conv: B @ A = [[1,2],[3,4]] viewed as the (1, 1, 2, 2) kernel, r = A.shape[0] / k = 1
+    assert out["visual.conv1.weight"].tolist() == [[[[1.0, 2.0], [3.0, 4.0]]]]
+    assert out["blk.mlp.c_fc.weight"].tolist() == [[1.0, 1.0]]  # pacscore never applies the MLP factors
     assert not any("lora" in k for k in out) and out["blk.mlp.c_fc.bias"].tolist() == [0.5]
-    assert merge_lora(sd, lora_alpha=2.0)["blk.mlp.c_fc.weight"].tolist() == [[13.0, 5.0]]
+    merged = merge_lora(sd, mlp="merge")
+    assert merged["blk.mlp.c_fc.weight"].tolist() == [[7.0, 3.0]]  # [1,1] + [6,2]·1
+    assert merge_lora(sd, lora_alpha=2.0, mlp="merge")["blk.mlp.c_fc.weight"].tolist() == [[13.0, 5.0]]
+    with pytest.raises(CapscoreError, match="'mlp' parameter of merge_lora"):
+        merge_lora(sd, mlp="all")
 
     # end to end: zero LoRA factors on a real checkpoint change nothing
     full = dict(ref["sd"])
@@ -225,6 +235,100 @@ def test_pacpp_lora_factors_are_merged(ref):
     path = ref["dir"] / "pacpp.pth"
     torch.save({"state_dict": full}, path)
     _check_vectors(load_backbone(f"ckpt:{path}"), ref)
+
+
+# ---- an independent re-implementation of pacscore's PAC++ forward (models/clip_lora + custom_loralib),
+# ---- written from its source: functional ops on the raw state dict, no open_clip, no capscore.
+R_PACPP = 4  # compute_correlations_pac++.py: lora_r = 4; lora_alpha = 1 -> scaling 1/4
+
+
+def _ln(sd, p, x):
+    return F.layer_norm(x, x.shape[-1:], sd[p + ".weight"], sd[p + ".bias"], 1e-5)
+
+
+def _lora_linear(sd, x, w_key, a_key, b_key, bias_key, *, apply):
+    y = x @ sd[w_key].T + sd[bias_key]
+    if apply:  # multi_head_attention_forward: linear(linear(x, A), B) * scaling
+        y = y + (x @ sd[a_key].T @ sd[b_key].T) / R_PACPP
+    return y
+
+
+def _pacpp_block(sd, p, x, heads, mask, *, mlp_lora):
+    B, L, W = x.shape
+    h = _ln(sd, p + "ln_1", x)
+    qkv = _lora_linear(sd, h, p + "attn.in_proj_weight", p + "attn.in_proj_weight_lora_A",
+                       p + "attn.in_proj_weight_lora_B", p + "attn.in_proj_bias", apply=True)
+    q, k, v = (t.reshape(B, L, heads, W // heads).transpose(1, 2) for t in qkv.chunk(3, dim=-1))
+    att = (q * (W // heads) ** -0.5) @ k.transpose(-1, -2)
+    if mask is not None:
+        att = att + mask
+    o = (att.softmax(-1) @ v).transpose(1, 2).reshape(B, L, W)
+    x = x + _lora_linear(sd, o, p + "attn.out_proj.weight", p + "attn.out_proj.lora_A", p + "attn.out_proj.lora_B",
+                         p + "attn.out_proj.bias", apply=True)
+    h = _ln(sd, p + "ln_2", x)
+    h = _lora_linear(sd, h, p + "mlp.c_fc.weight", p + "mlp.c_fc.lora_A", p + "mlp.c_fc.lora_B", p + "mlp.c_fc.bias",
+                     apply=mlp_lora)
+    h = h * torch.sigmoid(1.702 * h)  # QuickGELU
+    h = _lora_linear(sd, h, p + "mlp.c_proj.weight", p + "mlp.c_proj.lora_A", p + "mlp.c_proj.lora_B",
+                     p + "mlp.c_proj.bias", apply=mlp_lora)
+    return x + h
+
+
+def _pacpp_encode_image(sd, pixels, *, mlp_lora=False):
+    w = sd["visual.conv1.weight"]
+    w = w + (sd["visual.conv1.lora_B"] @ sd["visual.conv1.lora_A"]).view(w.shape) / R_PACPP  # lora_layers.Conv2d.forward
+    x = F.conv2d(pixels, w, stride=w.shape[-1]).flatten(2).transpose(1, 2)  # (B, N, W)
+    cls = sd["visual.class_embedding"].expand(x.shape[0], 1, -1)
+    x = _ln(sd, "visual.ln_pre", torch.cat([cls, x], 1) + sd["visual.positional_embedding"])
+    for i in range(2):
+        x = _pacpp_block(sd, f"visual.transformer.resblocks.{i}.", x, 3, None, mlp_lora=mlp_lora)
+    return _ln(sd, "visual.ln_post", x[:, 0]) @ sd["visual.proj"]
+
+
+def _pacpp_encode_text(sd, ids, *, mlp_lora=False):
+    L = ids.shape[1]
+    x = sd["token_embedding.weight"][ids] + sd["positional_embedding"][:L]
+    mask = torch.full((L, L), float("-inf")).triu(1)
+    for i in range(2):
+        x = _pacpp_block(sd, f"transformer.resblocks.{i}.", x, 2, mask, mlp_lora=mlp_lora)
+    x = _ln(sd, "ln_final", x)
+    return x[torch.arange(x.shape[0]), ids.argmax(-1)] @ sd["text_projection"]
+
+
+def test_pacpp_full_layout_matches_pacscore_forward(ref):
+    """A random capscore-test-tiny saved in PAC++'s full layout (non-zero factors on conv1, in_proj, out_proj,
+    c_fc, c_proj of both towers) gives the vectors of pacscore's own forward; lora_mlp=merge gives loralib's
+    training-time forward, and the two differ."""
+    g = torch.Generator().manual_seed(7)
+    sd = {k: v.clone() for k, v in ref["sd"].items()}
+    r = R_PACPP
+
+    def factor(*shape):
+        return torch.randn(*shape, generator=g) * 0.3
+
+    for tower, width, n in (("visual.transformer", 48, 2), ("transformer", 32, 2)):
+        for i in range(n):
+            p = f"{tower}.resblocks.{i}."
+            sd[p + "attn.in_proj_weight_lora_A"], sd[p + "attn.in_proj_weight_lora_B"] = factor(r, width), factor(3 * width, r)
+            sd[p + "attn.out_proj.lora_A"], sd[p + "attn.out_proj.lora_B"] = factor(r, width), factor(width, r)
+            sd[p + "mlp.c_fc.lora_A"], sd[p + "mlp.c_fc.lora_B"] = factor(r, width), factor(4 * width, r)
+            sd[p + "mlp.c_proj.lora_A"], sd[p + "mlp.c_proj.lora_B"] = factor(r, 4 * width), factor(width, r)
+    k = sd["visual.conv1.weight"].shape[-1]
+    sd["visual.conv1.lora_A"], sd["visual.conv1.lora_B"] = factor(r * k, 3 * k), factor(48 * k, r * k)
+    path = ref["dir"] / "pacpp-full.pth"
+    torch.save({"state_dict": sd}, path)
+
+    ids = open_clip.get_tokenizer(ARCH)(TEXTS)  # zero-padded to 77, as pacscore's clip.tokenize
+    with torch.no_grad():
+        want = {m: (F.normalize(_pacpp_encode_text(sd, ids, mlp_lora=m), dim=-1),
+                    F.normalize(_pacpp_encode_image(sd, ref["pixels"], mlp_lora=m), dim=-1)) for m in (False, True)}
+    for spec, m in ((f"ckpt:{path}", False), (f"ckpt:{path}#lora_mlp=merge", True)):
+        enc = Encoder(load_backbone(spec), batch_size=3)
+        assert (enc.encode_texts(TEXTS) - want[m][0]).abs().max().item() <= TOL
+        assert (enc.encode_images(ref["images"]) - want[m][1]).abs().max().item() <= TOL
+    assert (want[False][0] - want[True][0]).abs().max() > 1e-2  # the MLP factors matter: the choice is visible
+    with pytest.raises(CapscoreError, match="lora_mlp must be one of ignore, merge"):
+        load_backbone(f"ckpt:{path}#lora_mlp=yes")
 
 
 def test_save_openai_checkpoint_layouts_round_trip(ref):
@@ -360,7 +464,7 @@ def test_siglip_folder_matches_transformers_own_forward(tmp_path):
     SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(folder)
     bb = load_backbone(f"hf:{folder}")
     assert bb.context_length == 16 and not bb.pad_to_longest_exact
-    assert not bb.has_patch_tokens and not bb.has_token_features
+    assert bb.has_patch_tokens and not bb.has_token_features  # patches: see test_backbones_fgclip.py
     texts = ["a dog", "two cats on a sofa"]
     rng = np.random.default_rng(1)
     images = [Image.fromarray((rng.random((32, 32, 3)) * 255).astype("uint8")) for _ in range(2)]

@@ -325,6 +325,36 @@ def test_abe_metric_dispatches_to_the_abe_scorer(tmp_path, data):
     np.testing.assert_allclose([r["score"] for r in rows(out)], expected.numpy(), atol=1e-5)
 
 
+def test_abe_options_reach_the_scorer(tmp_path, data, ref_model, capsys):
+    """--abe-omega 1 is the global cosine (eq. 12 with ω = 1), recomputed with open_clip alone; --abe-k/-p and
+    --concept-pool reach AbeConfig and the summary; ABE flags on another metric, or bad values, are errors."""
+    paths, caps, _ = data
+    common = ["--images", paths[0].parent, "--captions", tmp_path / "sysA.json", "--metric", "abe"]
+    out = tmp_path / "o1.jsonl"
+    assert score(tmp_path, *common, "--abe-omega", "1", "--out", out) == 0
+    np.testing.assert_allclose([r["score"] for r in rows(out)], ref_cos(ref_model, paths, caps.values()), atol=1e-5)
+    pool = tmp_path / "pool.txt"
+    pool.write_text("square\ncircle\ntriangle\n")
+    out2 = tmp_path / "o2.jsonl"
+    assert score(tmp_path, *common, "--abe-k", "2", "--abe-p", "3", "--abe-omega", "0", "--concept-pool", pool,
+                 "--out", out2) == 0
+    summary = json.loads((tmp_path / "o2.jsonl.summary.json").read_text())
+    assert summary["abe"] == {"k": 2, "p": 3, "omega": 0.0, "pool": str(pool.resolve())}
+    from capscore.backbones import load_backbone
+    from capscore.embed import Encoder
+    from capscore.scores.abe import make_abe_scorer
+
+    expected = make_abe_scorer(k=2, p=3, omega=0.0, pool=str(pool))(Encoder(load_backbone(MODEL, seed=0)), paths,
+                                                                   list(caps.values()))
+    np.testing.assert_allclose([r["score"] for r in rows(out2)], expected.numpy(), atol=1e-5)
+    assert score(tmp_path, *common, "--abe-k", "0", "--out", tmp_path / "o3.jsonl") == 2
+    one_line_error(capsys, "--abe-k must be an integer >= 1; got 0")
+    assert score(tmp_path, *common[:-2], "--abe-k", "3", "--out", tmp_path / "o4.jsonl") == 2
+    one_line_error(capsys, "apply to --metric abe only")
+    assert score(tmp_path, *common, "--concept-pool", tmp_path / "nope.txt", "--out", tmp_path / "o5.jsonl") == 2
+    one_line_error(capsys, "concept pool file not found")
+
+
 def test_default_model_is_the_bundled_scenes_tiny(tmp_path, data):
     pytest.importorskip("capscore.scenes.tiny")
     paths, caps, _ = data

@@ -40,6 +40,23 @@ def _mclip(folder):
     return f"mclip:{out}"
 
 
+def _fgclip(hf_folder, folder):
+    """The HF copy of capscore-test-tiny plus FG-CLIP's extra tensors (long positions, long projection)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(hf_folder, folder)
+    sd = load_file(str(folder / "model.safetensors"))
+    g = torch.Generator().manual_seed(0)
+    width = sd["text_model.embeddings.position_embedding.weight"].shape[1]
+    sd["text_model.embeddings.position_embedding_res.weight"] = 0.01 * torch.randn(248, width, generator=g)
+    sd["text_model.embeddings.position_embedding_ori.weight"] = 0.01 * torch.randn(248, width, generator=g)
+    sd["text_filip_projection.weight"] = sd["text_projection.weight"].clone()
+    save_file(sd, str(folder / "model.safetensors"))
+    return f"fgclip:{folder}"
+
+
 @pytest.fixture(scope="module")
 def specs(tmp_path_factory):
     """One --model spec per adapter row, each a real (small) architecture."""
@@ -47,12 +64,14 @@ def specs(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("conformance")
     tiny = _quiet(load_backbone, "capscore-test-tiny", seed=3)
+    hf = save_open_clip_as_hf(tiny, d / "hf")
     return {
         "openclip": "capscore-test-tiny",
         "bundled": "scenes-tiny",
         "ckpt": f"ckpt:{save_openai_checkpoint(tiny, d / 'tiny.pt')}",
-        "hf": f"hf:{save_open_clip_as_hf(tiny, d / 'hf')}",
+        "hf": f"hf:{hf}",
         "mclip": _mclip(d),
+        "fgclip": _fgclip(hf, d / "fgclip"),
     }
 
 

@@ -98,3 +98,44 @@ def test_cache_path_expands_user(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     c = EmbeddingCache("~/capscore-cache")
     assert c.path == tmp_path / "capscore-cache" / "embeddings.sqlite" and c.path.exists()
+
+
+# ---------------------------------------------------------------- palette images: the reference scripts' order
+def test_palette_png_reference_rgb_order(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    """clipscore.py / pacscore resize + crop *before* convert('RGB'); PIL then resizes a palette (mode P)
+    image with nearest-neighbour. rgb_order='after-crop' reproduces that order, 'first' (default) converts
+    first; the two give different vectors and never share cache entries."""
+    import numpy as np
+    import open_clip
+    import torchvision.transforms as T
+    from PIL import Image
+
+    import capscore.backbones.openclip  # noqa: F401  (registers capscore-test-tiny)
+    from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "palette.png"
+    Image.fromarray((rng.random((45, 60, 3)) * 255).astype("uint8")).quantize(16).save(path)
+    assert Image.open(path).mode == "P"
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = open_clip.create_model("capscore-test-tiny", pretrained=None).eval()
+    norm = T.Normalize((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+    resize = [T.Resize(32, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(32)]
+    reference = T.Compose([*resize, lambda im: im.convert("RGB"), T.ToTensor(), norm])  # clipscore.py's _transform
+    convert_first = T.Compose([lambda im: im.convert("RGB"), *resize, T.ToTensor(), norm])
+    with torch.no_grad():
+        want = {o: torch.nn.functional.normalize(model.encode_image(t(Image.open(path))[None]), dim=-1)[0]
+                for o, t in (("after-crop", reference), ("first", convert_first))}
+    assert (want["after-crop"] - want["first"]).abs().max() > 1e-3  # the order matters for palette images
+    cache = tmp_path / "cache.sqlite"
+    for order in ("first", "after-crop"):
+        bb = load_backbone("capscore-test-tiny", seed=0, rgb_order=order)
+        enc = Encoder(bb, cache=cache)
+        assert (enc.encode_images([path])[0] - want[order]).abs().max() <= 1e-5, order
+        assert (enc.image_patches([path])[0][0] - want[order]).abs().max() <= 1e-5, order
+    assert load_backbone("capscore-test-tiny", rgb_order="after-crop").identity.endswith("|rgb=after-crop")

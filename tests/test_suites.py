@@ -234,3 +234,30 @@ def test_cli_bad_file_is_one_line(tmp_path, root, capsys):
                str(root), "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err and "caps.jsonl:2: unknown image in field 'image'" in err
+
+
+def test_cli_probe_abe_options(tmp_path, root, capsys):
+    """--scorer abe --abe-omega 1 is the global cosine (ABE eq. 12 with ω = 1): every per-item number equals
+    the cosine scorer's; ABE flags with another scorer, or a bad K, are one-line errors."""
+    from capscore.cli import main
+
+    f = tmp_path / "replace_att.json"
+    f.write_text(json.dumps({"0": {"filename": "img0.png", "caption": "a red dog", "negative_caption": "a blue dog"},
+                             "1": {"filename": "img1.png", "caption": "two black cats", "negative_caption": "two white cats"}}))
+    base = ["-q", "probe", "--model", "capscore-test-tiny", "--suite", "sugarcrepe", "--data", str(f),
+            "--images", str(root)]
+    assert main(base + ["--out", str(tmp_path / "cos")]) == 0
+    assert main(base + ["--scorer", "abe", "--abe-omega", "1", "--abe-k", "3", "--out", str(tmp_path / "abe")]) == 0
+
+    def numbers(folder):
+        rows = [json.loads(x) for x in (folder / "sugarcrepe__capscore-test-tiny.jsonl").read_text().splitlines()]
+        return [r["scores"] for r in rows]  # [[positive, negative]] per item, rounded to 6 decimals
+
+    cos, abe = numbers(tmp_path / "cos"), numbers(tmp_path / "abe")
+    assert len(cos) == len(abe) == 2
+    np.testing.assert_allclose(abe, cos, atol=2e-6)
+    capsys.readouterr()
+    assert main(base + ["--abe-k", "3", "--out", str(tmp_path / "x")]) == 2
+    assert "apply to --scorer abe only" in capsys.readouterr().err
+    assert main(base + ["--scorer", "abe", "--abe-k", "0", "--out", str(tmp_path / "y")]) == 2
+    assert "--abe-k must be an integer >= 1; got 0" in capsys.readouterr().err

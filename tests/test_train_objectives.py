@@ -196,13 +196,18 @@ def test_distillation_mse_by_hand_and_teacher_detached():
 
 # ----------------------------------------------------------------------------- PAC-S
 def test_pacs_augmented_infonce_by_hand():
+    """pac-s.txt's L(V,T) is the SUM of the two directions' mean cross-entropies (no 1/2)."""
     eye = torch.eye(2)
     swapped = eye.flip(0)  # generated images matched to the wrong captions: logits (0, s) target 0
     s = 2.0
     out = pacs_loss(eye, eye, swapped, eye, s, lambda_v=0.5, lambda_t=0.25)
-    right = math.log1p(math.exp(-s))
+    right = math.log1p(math.exp(-s))  # -log softmax of the diagonal, per row and per column
     wrong = -0 + lse(0, s)
-    assert out.real.item() == pytest.approx(right, rel=1e-6)
-    assert out.generated_images.item() == pytest.approx(0.5 * wrong, rel=1e-6)
-    assert out.generated_texts.item() == pytest.approx(0.25 * right, rel=1e-6)
-    assert out.loss.item() == pytest.approx(right + 0.5 * wrong + 0.25 * right, rel=1e-6)
+    assert out.real.item() == pytest.approx(2 * right, rel=1e-6)  # i->t + t->i
+    assert out.generated_images.item() == pytest.approx(0.5 * 2 * wrong, rel=1e-6)
+    assert out.generated_texts.item() == pytest.approx(0.25 * 2 * right, rel=1e-6)
+    assert out.loss.item() == pytest.approx(2 * right + wrong + 0.5 * right, rel=1e-6)
+    half = pacs_loss(eye, eye, swapped, eye, s, lambda_v=0.5, lambda_t=0.25, directions="mean")
+    assert half.loss.item() == pytest.approx(right + 0.5 * wrong + 0.25 * right, rel=1e-6)
+    with pytest.raises(CapscoreError):
+        pacs_loss(eye, eye, swapped, eye, s, directions="max")

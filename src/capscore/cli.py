@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "train": "train or fine-tune a metric backbone (specs, prmcs, pacs, contrastive)",
     "scenes": "generate synthetic scenes; train scenes-tiny",
     "models": "show the --model grammar and bundled models",
+    "report": "one self-contained HTML page of plots and tables from score/probe/correlate/train/explain runs",
 }
 
 

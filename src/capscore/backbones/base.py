@@ -75,6 +75,12 @@ class Backbone(ABC):
     device: torch.device = torch.device("cpu")
     dtype: torch.dtype = torch.float32
 
+    # When images become RGB: "first" (capscore: on decode, then resize) or "after-crop" (the
+    # clipscore.py / pacscore order: resize + crop in the file's own mode, then convert; PIL then
+    # resizes palette images with nearest-neighbour). Part of the identity, hence of every cache key.
+    rgb_order: str = "first"
+    RGB_ORDERS = ("first", "after-crop")
+    supports_rgb_after_crop: bool = False
     _identity: str | None = None
 
     # --- identity -----------------------------------------------------------------
@@ -90,8 +96,21 @@ class Backbone(ABC):
             self._identity = (
                 f"{self.family}:{self.spec}|w={weights_hash(self.model)}|ctx={self.context_length}"
                 f"|pre={hashlib.sha1(self.preprocess_id.encode()).hexdigest()[:10]}"
-            )
+            ) + ("" if self.rgb_order == "first" else f"|rgb={self.rgb_order}")
         return self._identity
+
+    def set_rgb_order(self, order: str) -> None:
+        """``"first"`` (default) or ``"after-crop"`` (the reference scripts' order; see ``rgb_order``)."""
+        from capscore.errors import CapscoreError, param_error
+
+        if order not in self.RGB_ORDERS:
+            raise param_error("rgb_order", "load_backbone", f"one of {list(self.RGB_ORDERS)}", order)
+        if order != "first" and not self.supports_rgb_after_crop:
+            raise CapscoreError(f"{self.spec}: rgb_order 'after-crop' needs a torchvision-style transform that "
+                                "converts to RGB after resizing (open_clip and ckpt: backbones); this backbone's "
+                                "image processor converts first")
+        self.rgb_order = order
+        self.invalidate_identity()
 
     def invalidate_identity(self) -> None:
         """Call after changing weights in place (training)."""

@@ -21,9 +21,17 @@ CLIP's text tower is causal and pooled at the end-of-text token, so a batch
 padded to its longest caption gives the vectors of a batch padded to the
 context (``pad_to_longest_exact=True``). SigLIP pools the *last* position of a
 fixed-length sequence, so it is padded to its context length with the
-tokenizer's pad token (``pad_to_longest_exact=False``) and has neither patch
-tokens nor token features in the joint space (its image head is attention
-pooling).
+tokenizer's pad token (``pad_to_longest_exact=False``).
+
+SigLIP patch tokens: its image embedding is an attention-pooling head (a learned
+probe attends over the post-layernorm patch states, then ``x + MLP(LN(x))``), so
+the patch states are not in the joint space themselves. capscore maps each patch
+through the head *as if the probe attended to that patch alone* — the value path
+``out_proj(W_v x_j + b_v)``, then the head's residual MLP — the attention-pooling
+analogue of MaskCLIP's dense features. For a one-patch image this is exactly the
+pooled embedding. SigLIP exposes no per-token text features here: its text tower is
+bidirectional over a padded sequence and has no start token, which ABE-CLIP's token
+selection assumes.
 """
 from __future__ import annotations
 
@@ -53,6 +61,19 @@ def _pooled(out) -> torch.Tensor:
     return pooled
 
 
+def siglip_patch_tokens(head, states: torch.Tensor) -> torch.Tensor:
+    """SigLIP's attention-pooling head applied to every patch alone: (B, N, W) -> (B, N, D).
+
+    With all of the probe's attention on patch j the head returns
+    ``h_j + MLP(LN(h_j))``, ``h_j = out_proj(W_v x_j + b_v)`` (see the module docstring).
+    """
+    att = head.attention  # torch.nn.MultiheadAttention, fused in_proj (q, k, v)
+    width = states.shape[-1]
+    w_v, b_v = att.in_proj_weight[2 * width :], att.in_proj_bias[2 * width :]
+    h = torch.nn.functional.linear(torch.nn.functional.linear(states, w_v, b_v), att.out_proj.weight, att.out_proj.bias)
+    return h + head.mlp(head.layernorm(h))
+
+
 class HFBackbone(Backbone):
     family = "hf"
 
@@ -74,7 +95,8 @@ class HFBackbone(Backbone):
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eot_id)
         self.pad_to_longest_exact = self.is_clip
-        self.has_patch_tokens = self.is_clip
+        vision = getattr(model, "vision_model", None)
+        self.has_patch_tokens = self.is_clip or (self.kind == "siglip" and hasattr(vision, "head"))
         self.has_token_features = self.is_clip
         self.embed_dim = int(
             getattr(model.config, "projection_dim", 0) or getattr(text_cfg, "projection_size", 0) or text_cfg.hidden_size
@@ -109,6 +131,8 @@ class HFBackbone(Backbone):
             raise NotImplementedError
         vm = self.model.vision_model
         out = vm(pixel_values=pixels)
+        if not self.is_clip:
+            return out.pooler_output, siglip_patch_tokens(vm.head, out.last_hidden_state)
         pooled = self.model.visual_projection(out.pooler_output)
         tokens = self.model.visual_projection(vm.post_layernorm(out.last_hidden_state[:, 1:]))  # (B, N, D)
         return pooled, tokens

@@ -13,12 +13,16 @@ How the checkpoints we target are written (read from the reference code):
   loaded into OpenAI's ``clip`` model (ViT-B/32) or into open_clip's ViT-L-14 —
   both use this key layout. Its open_clip ViT-L-14 is a LAION model trained with
   plain GELU, so load it with ``#arch=ViT-L-14`` (see below).
-* PAC++ (same repository, ``models/clip_lora``): the same wrapper, plus LoRA
-  factors ``*.lora_A`` / ``*.lora_B`` (``attn.in_proj_weight_lora_A/B`` for the
-  fused q/k/v projection). Their forward pass adds ``(B @ A) * lora_alpha / r``
-  to each frozen weight, with ``lora_alpha = 1`` (loralib's default, which
-  PAC++ does not change). We merge the factors into the weights on load with
-  the same formula; ``lora_alpha`` is a parameter.
+* PAC++ (same repository, ``models/clip_lora`` + ``models/custom_loralib``,
+  loaded by ``compute_correlations_pac++.py``): the same wrapper, plus LoRA
+  factors (rank ``r = 4``) beside their weights: ``attn.in_proj_weight_lora_A/B``
+  (fused q/k/v), ``attn.out_proj.lora_A/B``, ``mlp.c_fc.lora_A/B``,
+  ``mlp.c_proj.lora_A/B`` in both towers, and ``visual.conv1.lora_A/B`` beside the
+  4-D patch-embedding ``visual.conv1.weight``. What pacscore's *forward* uses is
+  what we reproduce (see :func:`merge_lora` for the reasoning): attention and
+  conv factors are added as ``W + (B @ A) · lora_alpha / r`` (conv: the product
+  reshaped to the kernel), ``lora_alpha = 1``; the MLP factors are not applied.
+  ``#lora_mlp=merge`` applies them too (loralib's training-time forward).
 * LongCLIP (beichenzbc/Long-CLIP, ``model/longclip.py``): a plain state dict
   whose ``positional_embedding`` and ``positional_embedding_res`` both have 248
   rows; the text tower reads rows < 20 from the first and rows >= 20 from the
@@ -83,7 +87,10 @@ WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module")
 STRIP_PREFIXES = ("module.", "_orig_mod.", "model.")
 # Keys a CLIP state dict may carry that are not parameters of open_clip's CLIP.
 EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size", "attn_mask")
-SPEC_OPTIONS = ("arch", "quick_gelu")
+SPEC_OPTIONS = ("arch", "quick_gelu", "lora_mlp")
+# LoRA factors pacscore's PAC++ forward never applies (see merge_lora).
+PACPP_UNAPPLIED = ("mlp.c_fc.", "mlp.c_proj.")
+LORA_MLP = ("ignore", "merge")
 
 
 # --------------------------------------------------------------------------- reading
@@ -172,16 +179,50 @@ def _looks_like_state_dict(d: dict) -> bool:
 
 
 # --------------------------------------------------------------------------- surgery
-def merge_lora(state_dict: dict[str, torch.Tensor], *, lora_alpha: float = 1.0) -> dict[str, torch.Tensor]:
-    """Fold LoRA factors into their weights: ``W + (B @ A) · lora_alpha / r`` (PAC++ / loralib).
+def merge_lora(
+    state_dict: dict[str, torch.Tensor], *, lora_alpha: float = 1.0, mlp: str = "ignore"
+) -> dict[str, torch.Tensor]:
+    """Fold LoRA factors into their weights as pacscore's PAC++ forward applies them.
 
-    Handles loralib's layouts as PAC++ uses them:
-    ``X.lora_A``/``X.lora_B`` beside ``X.weight`` (Linear; Embedding with the
-    product transposed), ``X.conv.weight`` (loralib's ConvLoRA: ``r`` is
-    ``A.shape[0] / kernel_size`` and the product is reshaped to the kernel),
-    and ``X.in_proj_weight_lora_A/B`` beside ``X.in_proj_weight`` (fused q/k/v).
+    Formula (loralib, ``scaling = lora_alpha / r``)::
+
+        W_eff = W + (B @ A) · lora_alpha / r
+
+    Layouts recognised:
+
+    * ``X.lora_A`` / ``X.lora_B`` beside a 2-D ``X.weight`` (Linear; ``r = A.shape[0]``;
+      loralib's Embedding stores the product transposed, which is detected by shape);
+    * ``X.in_proj_weight_lora_A/B`` beside ``X.in_proj_weight`` (PAC++'s fused q/k/v);
+    * ``X.lora_A`` / ``X.lora_B`` beside a 4-D ``X.weight`` (PAC++'s ``lora_layers.Conv2d``,
+      e.g. ``visual.conv1``): A is (r·k, C_in·k), B is (C_out·k, r·k), k the kernel size, so
+      ``r = A.shape[0] / k`` and the product is reshaped to the kernel:
+      ``W + (B @ A).view(W.shape) / r`` (pacscore's ``Conv2d.forward``);
+    * ``X.lora_A`` / ``X.lora_B`` beside ``X.conv.weight`` (upstream loralib's ConvLoRA).
+
+    **The MLP factors** (``mlp.c_fc``, ``mlp.c_proj``) are dropped, not merged, by default
+    (``mlp="ignore"``), because pacscore's PAC++ forward never applies them. Reading
+    ``models/custom_loralib/layers.py`` and ``compute_correlations_pac++.py``:
+    ``clip_lora.load(..., lora=4)`` builds the model (c_fc/c_proj are ``lora_layers.Linear``
+    with ``merge_weights=True`` and ``lora_B`` initialised to zero) and returns
+    ``model.eval()``; ``Linear.train(False)`` then "merges" the zero product into the
+    weight and sets ``merged = True``. The script then loads the PAC++ state dict (the
+    trained, non-zero factors) and calls ``eval()`` again, which does nothing because the
+    layer is already marked merged; ``Linear.forward`` with ``merged = True`` is
+    ``F.linear(x, W)``. So the published PAC++ numbers use the stored c_fc/c_proj weights
+    alone. The other factors *are* used: the attention's in_proj and out_proj factors are
+    added inside pacscore's ``multi_head_attention_forward`` on every call (out_proj is a
+    Linear with ``merge_weights=False``), and ``lora_layers.Conv2d`` only merges in its own
+    ``eval()`` method, which ``Module.eval()`` never calls (it calls ``train(False)``), so its
+    forward adds ``(B @ A).view(W.shape) · scaling`` every time. ``mlp="merge"`` applies the
+    MLP factors too (loralib's forward in training mode); use it only for checkpoints saved
+    from a model whose MLP factors were meant to be used.
+
     A state dict without LoRA keys is returned unchanged.
     """
+    if mlp not in LORA_MLP:
+        from capscore.errors import param_error
+
+        raise param_error("mlp", "merge_lora", "'ignore' or 'merge'", mlp)
     if not any(k.endswith(("lora_A", "lora_B")) for k in state_dict):
         return state_dict
     sd = dict(state_dict)
@@ -199,10 +240,15 @@ def merge_lora(state_dict: dict[str, torch.Tensor], *, lora_alpha: float = 1.0) 
             target = stem + "weight"
         if target not in sd:
             raise CapscoreError(f"LoRA factor {key_a} has no base weight {target}")
+        if mlp == "ignore" and stem.endswith(PACPP_UNAPPLIED):
+            continue  # pacscore's forward never applies these (see above): the stored W stands
         w = sd[target]
         delta = b @ a
-        if target.endswith("conv.weight"):
+        if w.ndim == 4:  # convolution kernel (C_out, C_in, k, k): A (r·k, C_in·k), B (C_out·k, r·k)
             k = w.shape[-1]
+            if a.shape[0] % k or delta.numel() != w.numel():
+                raise CapscoreError(f"LoRA factors {key_a} {tuple(a.shape)} / {key_b} {tuple(b.shape)} "
+                                    f"do not fit the {tuple(w.shape)} kernel {target}")
             r = a.shape[0] // k
             delta = delta.view(w.shape)
         else:
@@ -357,7 +403,7 @@ def openai_preprocess(image_size: int):
 
 
 def parse_spec_options(rest: str) -> tuple[str, dict[str, str]]:
-    """``PATH#key=value,key=value`` -> (PATH, options). Keys: ``arch``, ``quick_gelu``."""
+    """``PATH#key=value,key=value`` -> (PATH, options). Keys: ``arch``, ``quick_gelu``, ``lora_mlp``."""
     path, sep, tail = rest.rpartition("#") if "#" in rest else (rest, "", "")
     opts: dict[str, str] = {}
     if sep:
@@ -391,8 +437,9 @@ def load_openai_checkpoint(
     arch: str | None = None,
     quick_gelu: bool | None = None,
     lora_alpha: float = 1.0,
+    lora_mlp: str = "ignore",
 ):
-    """``ckpt:PATH[#arch=NAME,quick_gelu=0|1]`` -> :class:`OpenClipBackbone` (family ``openai-ckpt``).
+    """``ckpt:PATH[#arch=NAME,quick_gelu=0|1,lora_mlp=ignore|merge]`` -> :class:`OpenClipBackbone` (family ``openai-ckpt``).
 
     ``seed`` is unused (all weights come from the file); it is accepted for the
     registry's uniform call. See the module docstring for every choice made.
@@ -405,11 +452,14 @@ def load_openai_checkpoint(
     arch = opts.get("arch", arch)
     if "quick_gelu" in opts:
         quick_gelu = _bool(opts["quick_gelu"], "quick_gelu")
+    lora_mlp = opts.get("lora_mlp", lora_mlp)
+    if lora_mlp not in LORA_MLP:
+        raise CapscoreError(f"ckpt option lora_mlp must be one of {', '.join(LORA_MLP)}; got {lora_mlp!r}")
     where = str(Path(path).expanduser())
     sd = read_state_dict(path)
     if quick_gelu is None and arch is None:
         quick_gelu = _saved_quick_gelu(Path(path).expanduser())
-    sd = merge_lora(sd, lora_alpha=lora_alpha)
+    sd = merge_lora(sd, lora_alpha=lora_alpha, mlp=lora_mlp)
     _check_openai_layout(sd, where)
     model = build_clip(sd, where=where, arch=arch, quick_gelu=quick_gelu, context_length=context_length)
     ctx = int(model.positional_embedding.shape[0])

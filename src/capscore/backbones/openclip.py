@@ -62,6 +62,12 @@ class OpenClipBackbone(Backbone):
             self.embed_dim = int(self._project_text(torch.zeros(1, self._text_width())).shape[-1])
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
+        # open_clip's eval transform is Resize, CenterCrop, convert-to-RGB, ...: given the file's own mode it
+        # reproduces the reference scripts' order (capscore.backbones.base: rgb_order).
+        steps = [type(t).__name__ if type(t).__name__ != "function" else t.__name__
+                 for t in getattr(preprocess, "transforms", [])]
+        converts = [i for i, n in enumerate(steps) if n == "MaybeConvertMode" or "convert" in n.lower()]
+        self.supports_rgb_after_crop = "Resize" in steps and bool(converts) and steps.index("Resize") < converts[0]
 
     def set_context_length(self, context_length: int) -> None:
         """77 -> 248 by LongCLIP's knowledge-preserved stretch, or a shorter slice (see

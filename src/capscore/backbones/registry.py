@@ -10,6 +10,7 @@ Grammar (documented in the README):
 ``ckpt:PATH`` / ``PATH.pt|.pth``   OpenAI-format checkpoint (CLIP, PAC-S, LongCLIP)
 ``hf:ID_OR_DIR``                   Hugging Face ``CLIPModel`` / ``SiglipModel``
 ``mclip:DIR``                      multilingual text student + CLIP image tower (M-CLIP / PR-MCS)
+``fgclip:DIR``                     FG-CLIP checkpoint folder, mapped onto transformers' CLIPModel
 ``hf-hub:ORG/REPO``, ``local-dir:DIR``  passed to open_clip's own schemas
 =================================  ==========================================================
 
@@ -49,6 +50,8 @@ ADAPTERS: dict[str, Adapter] = {
                 "Hugging Face transformers CLIPModel or SiglipModel (hub id or local folder)"),
         Adapter("mclip", "capscore.backbones.multilingual:load_multilingual", "mclip:./student",
                 "multilingual text encoder + projection into a CLIP image tower's space"),
+        Adapter("fgclip", "capscore.backbones.fgclip:load_fgclip", "fgclip:~/fg-clip-base",
+                "FG-CLIP folder (no remote code): dense patch tokens; 248-token long path with --context-length 248"),
         Adapter("bundled", "capscore.backbones.registry:_load_bundled", "scenes-tiny",
                 "models shipped inside capscore"),
     ]
@@ -119,13 +122,21 @@ def load_backbone(
     seed: int = 0,
     context_length: int | None = None,
     trust_remote_code: bool = False,
+    rgb_order: str = "first",
 ) -> Backbone:
-    """Load any supported dual encoder from a ``--model`` string (see module docstring)."""
+    """Load any supported dual encoder from a ``--model`` string (see module docstring).
+
+    ``rgb_order="after-crop"`` converts images to RGB after resize + crop, as the clipscore and
+    pacscore reference scripts do (see :class:`~capscore.backbones.base.Backbone`); default ``"first"``.
+    """
     adapter, rest = parse_model_spec(spec)
     opts = dict(spec=spec, device=device, dtype=dtype, seed=seed, context_length=context_length)
     if adapter.prefix in ("hf", "mclip"):
         opts["trust_remote_code"] = trust_remote_code
-    return adapter.load(rest, **opts)
+    bb = adapter.load(rest, **opts)
+    if rgb_order != "first":
+        bb.set_rgb_order(rgb_order)
+    return bb
 
 
 # The --model grammar as the user sees it: README's table and `capscore models` are both rendered from these

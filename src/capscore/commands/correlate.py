@@ -9,13 +9,16 @@ Two modes:
 * ``--scores FILE`` with ``--human FILE`` (or ``--dataset`` + ``--path``) correlates scores computed
   elsewhere (a ``capscore score`` output, an LLM judge...) with the human scores, joined on ``id``.
 
-``--out DIR`` writes ``correlate.json`` (every result with its provenance) and ``correlate.csv``.
+``--out DIR`` writes ``correlate.json`` (every result with its provenance) and ``correlate.csv``, and for
+rating datasets ``correlate_items.jsonl`` (per item: metric, backbone, id, score, human), which
+``capscore report`` plots.
 See docs/meta.md.
 """
 from __future__ import annotations
 
 import csv
 import json
+import sys
 from pathlib import Path
 
 from capscore.commands._args import add_device, add_metric, add_model
@@ -26,14 +29,17 @@ CORRELATE_METRICS = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs")
 
 def configure(p) -> None:
     from capscore.meta.datasets import DATASETS
+    from capscore.meta.video import VIDEO_DATASETS
 
-    p.add_argument("--dataset", metavar="NAME", help=f"one of: {', '.join(DATASETS)}")
+    p.add_argument("--dataset", metavar="NAME", help=f"one of: {', '.join([*DATASETS, *VIDEO_DATASETS])}")
     p.add_argument("--path", metavar="P", help="the dataset's file or folder (see docs/meta.md)")
     p.add_argument("--images", metavar="DIR", help="image root of the dataset")
     p.add_argument("--split", help="split of a parquet dataset folder (e.g. test, test.desc)")
     p.add_argument("--coco-captions", metavar="FILE", help="FOIL: COCO captions_val2014.json (references)")
     add_model(p, default=None)
-    add_metric(p, CORRELATE_METRICS)
+    from capscore.scores.video import VIDEO_METRICS
+
+    add_metric(p, tuple(dict.fromkeys(CORRELATE_METRICS + tuple(VIDEO_METRICS))))  # video ones: video datasets
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")
     p.add_argument("--scores", metavar="FILE", help="external scores (JSONL/CSV/Parquet with id and score)")
     p.add_argument("--human", metavar="FILE", help="human scores (JSONL/CSV with id and score) for --scores")
@@ -58,6 +64,13 @@ def configure(p) -> None:
     p.add_argument("--export-items", metavar="FILE",
                    help="write the dataset's items as JSONL (id, image, caption, refs) for `capscore score`, then stop")
     p.add_argument("--skip-bad", action="store_true", help="count and skip items that cannot be scored")
+    p.add_argument("--videos", metavar="DIR", help="video datasets (vatex-eval, activitynet-foil): folder of VIDEO_ID.mp4")
+    p.add_argument("--frames", default=None, metavar="SAMPLING",
+                   help="video datasets: uniform:N, fps:R, every:K or all (default uniform:10; see docs/video.md)")
+    p.add_argument("--idf", action="store_true",
+                   help="video datasets: EMScore idf weights from the dataset's training captions (its protocol)")
+    p.add_argument("--n-refs", type=int, nargs="+", metavar="K",
+                   help="video rating datasets, reference-based metrics: reference counts (default 1 9)")
     add_device(p)
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="encoder batch size (default 64)")
     cache = p.add_mutually_exclusive_group()
@@ -77,6 +90,13 @@ def _load(args):
 
 def run(args) -> int:
     from capscore.meta.evaluate import correlate_scores, export_items, read_human, read_scores
+    from capscore.meta.video import VIDEO_DATASETS
+
+    if args.dataset in VIDEO_DATASETS:
+        return _run_video(args)
+    if args.videos or args.frames or args.idf or args.n_refs:
+        raise CapscoreError("--videos, --frames, --idf and --n-refs apply to the video datasets only "
+                            f"({', '.join(VIDEO_DATASETS)})")
 
     if args.bootstrap < 0 or args.batch_size < 1 or args.ref_draws < 1 or args.ref_sample < 0:
         raise CapscoreError("--bootstrap, --ref-sample must be >= 0 and --batch-size, --ref-draws >= 1")
@@ -194,4 +214,50 @@ def write_results(results, out) -> tuple[Path, Path]:
                 s = r.get(c)
                 row += ["", "", ""] if s is None else [s.value, *(s.ci if s.ci else ("", ""))]
             w.writerow(row)
+    items = [(r, it) for r in results for it in r.items]
+    if items:
+        with open(out / "correlate_items.jsonl", "w", encoding="utf-8") as f:
+            for r, (ident, score, human) in items:
+                f.write(json.dumps({"dataset": r.dataset, "metric": r.metric, "backbone": r.backbone, "id": ident,
+                                    "score": score, "human": human}, ensure_ascii=False) + "\n")
     return json_path, csv_path
+
+
+def _run_video(args) -> int:
+    """``--dataset vatex-eval|activitynet-foil|scenes-video``: video metrics (see docs/video.md)."""
+    from capscore.backbones import load_backbone
+    from capscore.data.video import Sampling
+    from capscore.embed.cache import EmbeddingCache
+    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.meta.video import evaluate_video, load_video_dataset
+    from capscore.scores.video import get_video_metric
+
+    if args.scores or args.export_items:
+        raise CapscoreError(f"--scores/--export-items are not available for the video dataset {args.dataset}")
+    if not args.model:
+        raise CapscoreError("give --model M [M2 ...] (e.g. scenes-tiny, ViT-B-32/openai)")
+    if args.bootstrap < 0 or args.batch_size < 1:
+        raise CapscoreError("--bootstrap must be >= 0 and --batch-size >= 1")
+    if args.dataset != "scenes-video" and not args.videos:
+        raise CapscoreError(f"--videos DIR is required for {args.dataset} (its video files, VIDEO_ID.mp4)")
+    metrics = [get_video_metric(m) for m in args.metric]
+    sampling = Sampling.parse(args.frames or "uniform:10")
+    ds = load_video_dataset(args.dataset, args.path, args.videos, seed=args.seed, n_scenes=args.scenes)
+    cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
+    results = []
+    for spec in args.model:
+        backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
+        encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache,
+                          progress=not getattr(args, "quiet", False))
+        for m in metrics:
+            results.append(evaluate_video(ds, encoder, m, n_refs=args.n_refs, sampling=sampling,
+                                          prefix=args.prefix or "", idf=args.idf, n_resamples=args.bootstrap,
+                                          seed=args.seed, skip_bad=args.skip_bad))
+        st = encoder.stats
+        print(f"{spec}: decoded and encoded {st.videos_encoded} videos ({st.frames_encoded} frames); "
+              f"{st.videos_cached} came from the cache", file=sys.stderr)
+    print(format_table(results))
+    if args.out:
+        json_path, csv_path = write_results(results, args.out)
+        print(f"wrote {json_path} and {csv_path}")
+    return 0

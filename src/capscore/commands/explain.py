@@ -10,6 +10,10 @@ from pathlib import Path
 
 from capscore.commands._args import add_device, add_model
 
+COLOR_RANGE = (-1.0, 1.0)  # fixed, so two maps (words, images, models) share one colour scale
+OVERLAY_ALPHA = 0.4  # the image stays readable under the heat map
+PNG_KEY = "capscore-explain"  # PNG text chunk: JSON describing the map (read by `capscore report`)
+
 
 def configure(p) -> None:
     add_model(p, single=True)
@@ -22,6 +26,9 @@ def configure(p) -> None:
     p.add_argument("--pool", default=None, help="concept pool file for --refined (default: bundled pool)")
     add_device(p)
     p.add_argument("--seed", type=int, default=0, help="seed for random-init architectures")
+    p.add_argument("--color-range", type=float, nargs=2, default=COLOR_RANGE, metavar=("LOW", "HIGH"),
+                   help="cosine values mapped to the ends of the colour scale, the same for every map so maps "
+                        "compare (default -1 1, the whole cosine range)")
 
 
 def run(args) -> int:
@@ -34,19 +41,33 @@ def run(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() != ".png":
         raise CapscoreError(f"--out must be a .png file; got {str(out)!r}")
+    low, high = args.color_range
+    if not low < high:
+        raise CapscoreError(f"--color-range LOW HIGH needs LOW < HIGH; got {low} {high}")
     config = AbeConfig(k=args.k, pool=args.pool)
     encoder = Encoder(load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed))
     ref = ImageRef.of(args.image)
     heat = word_heatmap(encoder, ref, args.caption, args.word, config=config, refined=args.refined)
     _, image = ref.load()
-    draw_heatmap(image, heat, caption=args.caption, out=out)
+    about = {"model": args.model, "image": str(args.image), "caption": args.caption, "word": heat.word,
+             "refined": heat.refined, "k": args.k, "max": float(heat.grid.max()), "min": float(heat.grid.min())}
+    draw_heatmap(image, heat, caption=args.caption, out=out, color_range=(low, high), about=about)
     print(f"wrote {out} (word {heat.word!r} -> tokens {list(heat.tokens)}, "
           f"max cos {float(heat.grid.max()):.3f}, min {float(heat.grid.min()):.3f})")
     return 0
 
 
-def draw_heatmap(image, heat, *, caption: str, out: Path) -> None:
-    """The centre-cropped image, the heat map over it (one cell per patch), the top-K patches outlined."""
+def draw_heatmap(image, heat, *, caption: str, out: Path, color_range: tuple[float, float] = COLOR_RANGE,
+                 about: dict | None = None) -> None:
+    """The centre-cropped image, the heat map over it (one cell per patch), the top-K patches outlined.
+
+    Colours: a diverging map centred on cosine 0 over the fixed ``color_range`` (not each map's own
+    min..max, which made a uniformly weak map look as hot as a strong one), drawn at
+    :data:`OVERLAY_ALPHA` so the image shows through. ``about`` is stored as JSON in the PNG's
+    ``capscore-explain`` text chunk, so `capscore report` can caption the picture.
+    """
+    import json
+
     import matplotlib
 
     matplotlib.use("Agg")
@@ -62,11 +83,11 @@ def draw_heatmap(image, heat, *, caption: str, out: Path) -> None:
     axes[0].imshow(square)
     axes[0].set_title("image")
     axes[1].imshow(square)
-    im = axes[1].imshow(heat.grid.numpy(), cmap="jet", alpha=0.55, extent=(0, square.width, square.height, 0),
-                        interpolation="nearest")
+    im = axes[1].imshow(heat.grid.numpy(), cmap="coolwarm", vmin=color_range[0], vmax=color_range[1],
+                        alpha=OVERLAY_ALPHA, extent=(0, square.width, square.height, 0), interpolation="nearest")
     for idx in heat.topk:
         r, c = divmod(idx, side)
-        axes[1].add_patch(Rectangle((c * cell, r * cell), cell, cell, fill=False, edgecolor="white", linewidth=2))
+        axes[1].add_patch(Rectangle((c * cell, r * cell), cell, cell, fill=False, edgecolor="black", linewidth=2))
     kind = "refined t'" if heat.refined else "token"
     axes[1].set_title(f"cos({kind} '{heat.word}', patch)")
     fig.colorbar(im, ax=axes[1], fraction=0.046)
@@ -74,5 +95,6 @@ def draw_heatmap(image, heat, *, caption: str, out: Path) -> None:
         ax.axis("off")
     fig.suptitle(caption if len(caption) < 90 else caption[:87] + "...", fontsize=9)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100, bbox_inches="tight")
+    meta = {PNG_KEY: json.dumps({**(about or {}), "color_range": list(color_range)}, ensure_ascii=False)}
+    fig.savefig(out, dpi=100, bbox_inches="tight", metadata=meta)
     plt.close(fig)

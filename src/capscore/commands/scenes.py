@@ -18,6 +18,13 @@ def configure(p) -> None:
     g.add_argument("--split", default="all", choices=("train", "heldout", "all"))
     g.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
     g.add_argument("--out", required=True, metavar="DIR")
+    g.add_argument("--videos", action="store_true",
+                   help="write moving-object clips as .mp4 files (videos/) with graded motion captions and their "
+                        "oracle scores (captions.jsonl) instead of still images; see docs/video.md")
+    g.add_argument("--frames", type=int, default=None, metavar="N", help="--videos: frames per clip (default 8)")
+    g.add_argument("--fps", type=float, default=None, help="--videos: frame rate (default 4)")
+    g.add_argument("--codec", default=None, choices=("lossless", "h264"),
+                   help="--videos: lossless RGB H.264 (default; decoded frames equal the rendered ones) or lossy H.264")
 
     t = sub.add_parser("train", help="train scenes-tiny from scratch (CLIP loss + hard negatives)")
     t.add_argument("--out", required=True, metavar="PATH", help="weights file (.safetensors, fp16)")
@@ -48,6 +55,22 @@ def _generate(args) -> int:
     if args.n < 1:
         raise CapscoreError(f"--n must be >= 1; got {args.n}")
     out = Path(args.out)
+    video_opts = {"frames": args.frames, "fps": args.fps, "codec": args.codec}
+    if not args.videos and any(v is not None for v in video_opts.values()):
+        raise CapscoreError("--frames, --fps and --codec apply to --videos only")
+    if args.videos:
+        from capscore.scenes.video import write_scenes_videos
+
+        args.frames = 8 if args.frames is None else args.frames
+        args.fps = 4.0 if args.fps is None else args.fps
+        args.codec = args.codec or "lossless"
+        if args.frames < 2 or args.fps <= 0:
+            raise CapscoreError(f"--frames must be >= 2 and --fps > 0; got {args.frames}, {args.fps}")
+        write_scenes_videos(out, args.n, seed=args.seed, frames=args.frames, fps=args.fps, size=args.size,
+                            split=args.split, codec=args.codec)
+        print(f"wrote {args.n} clips to {out}/ (videos/*.mp4 and captions.jsonl with oracle scores); score them with\n"
+              f"  capscore score --videos {out}/videos --captions {out}/captions.jsonl --metric pac-s --out scores.jsonl")
+        return 0
     (out / "images").mkdir(parents=True, exist_ok=True)
     with open(out / "scenes.jsonl", "w", encoding="utf-8") as f:
         for s in generate_scenes(args.n, seed=args.seed, split=args.split, size=args.size):

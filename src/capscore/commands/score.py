@@ -18,20 +18,28 @@ from capscore.commands._args import add_device, add_metric, add_model
 from capscore.errors import CapscoreError, InputError
 
 METRIC_CHOICES = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs", "abe")
+VIDEO_METRIC_CHOICES = ("clip-s", "pac-s", "refpac-s", "emscore", "emscore-ref")  # with --videos (docs/video.md)
 DEFAULT_MODEL = "scenes-tiny"
 
 
 def configure(p) -> None:
     add_model(p, default=DEFAULT_MODEL)
-    p.add_argument("--images", required=True, metavar="DIR|MANIFEST",
+    p.add_argument("--images", metavar="DIR|MANIFEST",
                    help="folder of images (id = file stem) or a CSV/JSONL manifest with 'id' and 'path'")
+    p.add_argument("--videos", metavar="DIR|MANIFEST",
+                   help="instead of --images: folder of videos (.mp4/.webm/.mkv/.avi/.gif/.webp or frame folders; "
+                        "id = file stem) or a CSV/JSONL manifest; see docs/video.md")
+    p.add_argument("--frames", default=None, metavar="SAMPLING",
+                   help="--videos: frames scored per video: uniform:N, fps:R, every:K or all (default uniform:10)")
+    p.add_argument("--idf", action="store_true",
+                   help="--videos, EMScore-family metrics: idf token weights from the references (else the captions)")
     p.add_argument("--captions", required=True, nargs="+", metavar="FILE",
                    help="captions: JSON {image_id: caption | [captions]}, COCO results [{image_id, caption}], or "
                         "JSONL/CSV with image, caption[, refs, id, system]; several files = several systems "
                         "(named by file stem)")
     p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]}, COCO captions_*.json, "
                                                   "or JSONL/CSV image, refs")
-    add_metric(p, METRIC_CHOICES)
+    add_metric(p, tuple(dict.fromkeys(METRIC_CHOICES + VIDEO_METRIC_CHOICES)))
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family, '' for mcs and abe)")
@@ -51,6 +59,12 @@ def configure(p) -> None:
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
     p.add_argument("--seed", type=int, default=0, help="seed for random-init backbones (default 0)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom code of hf: models")
+    p.add_argument("--rgb-order", default="first", choices=("first", "after-crop"),
+                   help="when images become RGB: 'first' (default) or 'after-crop', the clipscore.py/pacscore "
+                        "order (resize in the file's own mode; palette PNGs are then resized nearest-neighbour)")
+    from capscore.commands.probe import add_abe_arguments
+
+    add_abe_arguments(p)
     p.add_argument("--context-length", type=int, metavar="N",
                    help="text context: 248 stretches a 77-token CLIP tower with LongCLIP's knowledge-preserved "
                         "rule; smaller values truncate (default: the model's own)")
@@ -66,6 +80,21 @@ def run(args) -> int:
     from capscore.report.writers import COLUMNS, open_writer, output_format
     from capscore.scores.scorer import COMPONENTS
 
+    if getattr(args, "videos", None):
+        from capscore.commands.score_videos import run_videos
+
+        for flag in ("model", "metric"):  # video scoring takes one of each
+            if len(getattr(args, flag)) > 1:
+                raise CapscoreError(f"--videos scores with one --{flag}; got {' '.join(getattr(args, flag))}")
+            setattr(args, flag, getattr(args, flag)[0])
+        return run_videos(args)
+    if not args.images:
+        raise CapscoreError("give --images DIR|MANIFEST (or --videos DIR|MANIFEST)")
+    video_only = [m for m in args.metric if m not in METRIC_CHOICES]
+    if video_only:
+        raise CapscoreError(f"--metric {video_only[0]} scores videos; use it with --videos")
+    if getattr(args, "frames", None) or getattr(args, "idf", False):
+        raise CapscoreError("--frames and --idf apply to --videos only")
     for name in ("batch_size", "chunk_size"):
         if getattr(args, name) < 1:
             raise CapscoreError(f"--{name.replace('_', '-')} must be a positive integer; got {getattr(args, name)}")
@@ -74,6 +103,11 @@ def run(args) -> int:
     out = Path(args.out)
     output_format(out)
     metrics = {m: _metric(m, args.prefix) for m in args.metric}  # name -> (MetricSpec | None, prefix)
+    from capscore.commands.probe import abe_options
+
+    args.abe = abe_options(args)
+    if args.abe and "abe" not in metrics:
+        raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
 
     # inputs: whole-file problems surface here, before any model is loaded
     images = index_images(args.images)
@@ -89,7 +123,8 @@ def run(args) -> int:
 
     items()  # whole-file checks now, not after the models load
     backbones = {m: load_backbone(m, device=args.device, dtype=args.dtype, seed=args.seed,
-                                  context_length=args.context_length, trust_remote_code=args.trust_remote_code)
+                                  context_length=args.context_length, trust_remote_code=args.trust_remote_code,
+                                  rgb_order=getattr(args, "rgb_order", "first"))
                  for m in args.model}  # before touching --out
     columns = (COLUMNS + (("model",) if len(args.model) > 1 else ()) + (("metric",) if len(metrics) > 1 else ())
                + (COMPONENTS if any(spec is not None and spec.needs_refs for spec, _ in metrics.values()) else ()))
@@ -126,6 +161,12 @@ def _run(args, backbones, metrics, out, items, writer, prior, columns) -> int:
         "images": _abs(args.images), "captions": [_abs(c) for c in args.captions],
         "refs": _abs(args.refs) if args.refs else None, "dtype": args.dtype,
     }
+    if "abe" in metrics:  # ABE-CLIP: its configuration decides the numbers
+        from capscore.scores.abe import make_config
+
+        cfg = make_config(**getattr(args, "abe", {}))
+        config["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
+                         "pool": _abs(cfg.pool) if cfg.pool else "bundled"}
     spath = summary_path(out)
     if prior is not None:
         _check_same_run(spath, config)
@@ -140,7 +181,8 @@ def _run(args, backbones, metrics, out, items, writer, prior, columns) -> int:
         for model, name in combos:
             spec, prefix = metrics[name]
             tag = ({"model": model} if "model" in columns else {}) | ({"metric": name} if "metric" in columns else {})
-            score_chunk = _abe_chunk_scorer(prefix) if spec is None else _clip_chunk_scorer(spec, prefix)
+            score_chunk = (_abe_chunk_scorer(prefix, **getattr(args, "abe", {})) if spec is None
+                           else _clip_chunk_scorer(spec, prefix))
             summary = Summary(metric=name)
             todo = items()
             if prior_rows is not None:
@@ -287,7 +329,7 @@ def _clip_chunk_scorer(spec, prefix: str):
     return score
 
 
-def _abe_chunk_scorer(prefix: str):
+def _abe_chunk_scorer(prefix: str, **abe_options):
     from capscore.data.records import Record
     from capscore.scores.scorer import score_pair_records
 
@@ -295,7 +337,7 @@ def _abe_chunk_scorer(prefix: str):
         chunk, fatal = _split_at_fatal(chunk, skip_bad)
         records = [x for x in chunk if isinstance(x, Record)]
         try:
-            scored = score_pair_records(records, encoder, "abe", prefix=prefix, skip_bad=skip_bad)
+            scored = score_pair_records(records, encoder, "abe", prefix=prefix, skip_bad=skip_bad, **abe_options)
         except InputError as e:
             return [], e  # the chunk is redone on --resume
         return _merge(chunk, scored), fatal

@@ -19,6 +19,7 @@ Every metric, probe and trainer evaluation goes through :class:`Encoder`:
 from __future__ import annotations
 
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +69,11 @@ class EncoderStats:
     images_encoded: int = 0
     images_cached: int = 0
     truncated: int = 0
+    videos_encoded: int = 0
+    videos_cached: int = 0
+    frames_encoded: int = 0
+    decode_seconds: float = 0.0  # video decode + frame preprocessing (worker threads)
+    encode_seconds: float = 0.0  # video frames through the image tower
     seen_truncated: set = field(default_factory=set, repr=False)
 
 
@@ -220,7 +226,16 @@ class Encoder:
 
     def _read_all(self, items: list[tuple[int, ImageRef]], errors: dict[int, str] | None):
         """Read and decode images in worker threads -> (content key, PIL) or None."""
-        return self._map(lambda i, ref: ref.load(), items, errors)
+        if self.backbone.rgb_order == "first":
+            return self._map(lambda i, ref: ref.load(), items, errors)
+        return self._map(lambda i, ref: ref.load(convert_rgb=False), items, errors)  # see _decode
+
+    def _decode(self, ref: ImageRef, payload):
+        """RGB on decode, unless the backbone converts after resize + crop (``rgb_order="after-crop"``:
+        the clipscore/pacscore order, which then sees the file's own mode)."""
+        if self.backbone.rgb_order == "first":
+            return ref.decode(payload)
+        return ref.decode(payload, convert_rgb=False)
 
     def encode_images(self, images: Sequence, *, errors: dict[int, str] | None = None) -> torch.Tensor:
         """Images (paths, PIL images or ImageRefs) -> (N, D) normalised float32 vectors.
@@ -254,7 +269,7 @@ class Encoder:
                 else:
                     misses.append((i, payload))
             # Decode + preprocess in worker threads (PIL and torchvision release the GIL).
-            pixels = self._map(lambda i, payload: bb.preprocess(refs[i].decode(payload)), misses, failed)
+            pixels = self._map(lambda i, payload: bb.preprocess(self._decode(refs[i], payload)), misses, failed)
             todo = [(i, px) for (i, _), px in zip(misses, pixels) if px is not None]
             with torch.inference_mode():
                 for b in range(0, len(todo), self.image_batch_size):
@@ -278,6 +293,92 @@ class Encoder:
                 out[i] = torch.from_numpy(got[u])
             else:
                 errors[i] = failed[u]
+        return out
+
+    def encode_videos(self, videos: Sequence, *, sampling=None,
+                      errors: dict[int, str] | None = None) -> list[torch.Tensor | None]:
+        """Videos (paths, frame folders, frame lists or :class:`~capscore.data.video.VideoRef`) ->
+        one (F, D) tensor of normalised frame vectors per video, F = the sampled frames.
+
+        A video is decoded and encoded once per call however many captions share it, and its
+        frame matrix is cached under (backbone identity, hash of the video's bytes, sampling,
+        time window), so a later run or another metric re-encodes nothing. Decoding and
+        preprocessing run in worker threads; frames of several videos share image batches.
+        A bad video raises :class:`InputError` naming it, or with ``errors`` is recorded there
+        (index -> message) and its entry is None.
+        """
+        from capscore.data.video import DEFAULT_SAMPLING, Sampling, VideoRef
+
+        bb = self.backbone
+        sampling = DEFAULT_SAMPLING if sampling is None else Sampling.parse(sampling)
+        refs = [VideoRef.of(v) for v in videos]
+        first_of: dict[str, int] = {}
+        for i, r in enumerate(refs):
+            first_of.setdefault(r.identity_hint(), i)
+        uniq = list(first_of.values())
+        failed: dict[int, str] | None = {} if errors is not None else None
+        got: dict[int, np.ndarray] = {}
+        # videos decoded at a time: enough frames to fill image batches (~10 per clip), few enough to bound memory
+        per_chunk = max(self.workers * 2, self.image_batch_size // 10)
+        bar = self._bar(len(uniq), "videos")
+        for s in range(0, len(uniq), per_chunk):
+            idx = uniq[s : s + per_chunk]
+            t0 = time.perf_counter()
+            ckeys = self._map(lambda i, r: r.content_key(sampling), [(i, refs[i]) for i in idx], failed)
+            keys = {i: cache_key(bb.identity, "video-frames", k) for i, k in zip(idx, ckeys) if k is not None}
+            found = self.cache.get_many(list(dict.fromkeys(keys.values())))
+            misses: list[int] = []
+            lead: dict[bytes, int] = {}  # two paths with the same bytes: decode one
+            for i, k in keys.items():
+                if k in found:
+                    got[i] = found[k].reshape(-1, bb.embed_dim)
+                    self.stats.videos_cached += 1
+                elif k in lead:
+                    continue
+                else:
+                    lead[k] = i
+                    misses.append(i)
+            pixels = self._map(lambda i, r: torch.stack([bb.preprocess(im) for im in r.load(sampling)]),
+                               [(i, refs[i]) for i in misses], failed)
+            t1 = time.perf_counter()
+            self.stats.decode_seconds += t1 - t0
+            todo = [(i, px) for i, px in zip(misses, pixels) if px is not None]
+            if todo:
+                allpx = torch.cat([px for _, px in todo])
+                vecs = []
+                with torch.inference_mode():
+                    for b in range(0, len(allpx), self.image_batch_size):
+                        g, _ = bb.forward_images(allpx[b : b + self.image_batch_size].to(bb.device, bb.dtype))
+                        vecs.append(F.normalize(g.float(), dim=-1).cpu())
+                vecs = torch.cat(vecs).numpy()
+                k0 = 0
+                new = []
+                for i, px in todo:
+                    m = vecs[k0 : k0 + len(px)]
+                    k0 += len(px)
+                    got[i] = m
+                    new.append((keys[i], m.reshape(-1)))
+                    self.stats.frames_encoded += len(px)
+                self.stats.videos_encoded += len(todo)
+                self.cache.put_many(new)
+            for i, k in keys.items():  # same bytes as a video decoded just now
+                if i not in got and lead.get(k) in got:
+                    got[i] = got[lead[k]]
+                elif i not in got and lead.get(k) in (failed or {}):
+                    failed[i] = failed[lead[k]]
+            self.stats.encode_seconds += time.perf_counter() - t1
+            if bar:
+                bar.update(len(idx))
+        if bar:
+            bar.close()
+        out: list[torch.Tensor | None] = []
+        for i, r in enumerate(refs):
+            u = first_of[r.identity_hint()]
+            if u in got:
+                out.append(torch.from_numpy(np.ascontiguousarray(got[u], dtype=np.float32)))
+            else:
+                errors[i] = failed[u]
+                out.append(None)
         return out
 
     def image_patches(self, images: Sequence) -> tuple[torch.Tensor, torch.Tensor]:

@@ -57,19 +57,24 @@ class ImageRef:
             raise InputError(self.where(), f"cannot read image file ({e.strerror or e})") from None
         return "sha256:" + hashlib.sha256(data).hexdigest(), data
 
-    def decode(self, payload: bytes | Image.Image) -> Image.Image:
-        """Decode what :meth:`read` returned to RGB; InputError names the file if it is not a valid image."""
+    def decode(self, payload: bytes | Image.Image, *, convert_rgb: bool = True) -> Image.Image:
+        """Decode what :meth:`read` returned to RGB; InputError names the file if it is not a valid image.
+
+        ``convert_rgb=False`` keeps the file's own mode (palette ``P``, ``L``, ``RGBA`` ...) for
+        backbones whose preprocessing converts *after* resizing, as the clipscore/pacscore
+        reference scripts do (``Backbone.rgb_order == "after-crop"``).
+        """
         if isinstance(payload, Image.Image):
             return payload
         try:
             with Image.open(io.BytesIO(payload)) as im:
                 im.load()  # forces a full decode: truncated files fail here
-                return im.convert("RGB")
+                return im.convert("RGB") if convert_rgb else im.copy()
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             msg = "not an image file" if isinstance(e, UnidentifiedImageError) else f"unreadable or truncated image ({e})"
             raise InputError(self.where(), msg) from None
 
-    def load(self) -> tuple[str, Image.Image]:
+    def load(self, *, convert_rgb: bool = True) -> tuple[str, Image.Image]:
         """Read and decode: (content key, RGB image). Raises InputError naming the file."""
         key, payload = self.read()
-        return key, self.decode(payload)
+        return key, self.decode(payload, convert_rgb=convert_rgb)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +54,9 @@ class CorrelationResult:
     seed: int = 0
     n_resamples: int = 0
     params: Mapping[str, object] = field(default_factory=dict)
+    # rating datasets: the (id, metric score, human score) pairs behind the statistics, for plots
+    # (`correlate --out` writes them to correlate_items.jsonl); not part of as_dict()
+    items: tuple[tuple[str, float, float], ...] = field(default=(), repr=False, compare=False)
 
     def get(self, name: str) -> S.Stat | None:
         return next((s for s in self.stats if s.name == name), None)
@@ -69,6 +72,7 @@ class CorrelationResult:
         d["stats"] = [s.as_dict() for s in self.stats]
         d["skipped"] = dict(self.skipped)
         d["params"] = dict(self.params)
+        d.pop("items", None)
         return d
 
 
@@ -136,8 +140,9 @@ def evaluate_ratings(ds: RatingSet, encoder: Encoder, metric: str | MetricSpec, 
     stats = rating_stats(x, [it.human for it in kept], columns, groups=[it.group for it in kept],
                          systems=[it.record.system for it in kept], langs=[it.lang for it in kept],
                          n_resamples=n_resamples, seed=seed, confidence=confidence)
-    return _result(ds, spec, encoder, prefix, len(kept), stats, skipped, seed, n_resamples,
-                   {"columns": list(columns), "confidence": confidence})
+    res = _result(ds, spec, encoder, prefix, len(kept), stats, skipped, seed, n_resamples,
+                  {"columns": list(columns), "confidence": confidence})
+    return replace(res, items=tuple((it.record.id, s, it.human) for it, s in zip(kept, x)))
 
 
 # ------------------------------------------------------------------------------------ pairs
@@ -327,6 +332,7 @@ def correlate_scores(scores: Mapping[str, float], human: RatingSet | PairSet, *,
     skipped = {**dict(human.skipped), **dict(skipped or {})}
     kw = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
     params: dict[str, object] = {"confidence": confidence, "scores": source}
+    items: tuple = ()
     if isinstance(human, PairSet):
         ties = ties or _spec(human.name).ties
         out, keep = _outcomes(human, scores, ties)
@@ -355,9 +361,11 @@ def correlate_scores(scores: Mapping[str, float], human: RatingSet | PairSet, *,
                              langs=[it.lang for it in kept], **kw)
         params["columns"] = list(columns)
         n = len(kept)
+        items = tuple((it.record.id, float(scores[it.record.id]), it.human) for it in kept)
     return CorrelationResult(dataset=human.name, source=human.source, metric=metric_name, backbone="",
                              identity="external scores", prefix="", n=n, stats=tuple(stats), skipped=skipped,
-                             seed=seed, n_resamples=n_resamples, params={**dict(human.params), **params})
+                             seed=seed, n_resamples=n_resamples, params={**dict(human.params), **params},
+                             items=items)
 
 
 def export_items(ds: RatingSet | PairSet, path) -> int:

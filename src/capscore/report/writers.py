@@ -36,6 +36,10 @@ from pathlib import Path
 from capscore.errors import CapscoreError, InputError
 
 COLUMNS = ("id", "image", "caption", "system", "score", "error")
+# `capscore score --videos`: the final score and its parts (EMScore/PAC-S coarse, fine P/R/F, reference side)
+VIDEO_COLUMNS = ("id", "video", "caption", "system", "score", "coarse", "fine_p", "fine_r", "fine_f",
+                 "ref_coarse", "ref_fine_f", "error")
+TEXT_COLUMNS = frozenset(("id", "image", "video", "caption", "system", "error", "model", "metric"))  # rest: numbers
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".json": "json"}
 JOURNALED = ("parquet", "json")  # whole-file formats: rows go to a JSONL journal until the run ends
 
@@ -100,22 +104,22 @@ def complete_csv_prefix(data: bytes, n_columns: int = len(COLUMNS)) -> int:
 
 
 # ------------------------------------------------------------------------------ reading rows back
-def _row_from_json(obj: dict, where: str, columns=COLUMNS) -> dict:
-    if not isinstance(obj, dict) or any(c not in obj for c in COLUMNS):
-        raise InputError(where, "not a capscore result row", expected=f"fields {', '.join(COLUMNS)}", got=obj)
-    return {c: obj.get(c) for c in columns}
+def _row_from_json(obj: dict, where: str, columns: tuple = COLUMNS) -> dict:
+    if not isinstance(obj, dict) or any(c not in obj for c in columns):
+        raise InputError(where, "not a capscore result row", expected=f"fields {', '.join(columns)}", got=obj)
+    return {c: obj[c] for c in columns}
 
 
 def _row_from_csv(fields: dict, where: str) -> dict:
     row = dict(fields)
-    try:
-        row["score"] = float(row["score"]) if row["score"] not in ("", None) else None
-    except ValueError:
-        raise InputError(where, "score is not a number", got=row["score"]) from None
-    row["error"] = row["error"] or None
-    for c in ("image_score", "ref_score"):
-        if c in row:
+    for c in row:
+        if c in TEXT_COLUMNS:
+            continue
+        try:
             row[c] = float(row[c]) if row[c] not in ("", None) else None
+        except ValueError:
+            raise InputError(where, f"{c} is not a number", got=row[c]) from None
+    row["error"] = row["error"] or None
     return row
 
 
@@ -157,6 +161,7 @@ class RowWriter:
 
     def __init__(self, path: Path, fmt: str, *, existing: bool, columns: tuple[str, ...] = COLUMNS):
         self.path = path
+        self.columns = columns
         self.format = fmt
         self.columns = tuple(columns)
         self.file_path = journal_path(path) if fmt in JOURNALED else path
@@ -217,14 +222,11 @@ def _journal_to_coco(journal: Path, out: Path, columns: tuple[str, ...] = COLUMN
     os.replace(tmp, out)
 
 
-_PARQUET_TYPES = {"score": "float64", "image_score": "float64", "ref_score": "float64"}
-
-
 def _journal_to_parquet(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS, batch: int = 65536) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([(c, getattr(pa, _PARQUET_TYPES.get(c, "string"))()) for c in columns])
+    schema = pa.schema([(c, pa.string() if c in TEXT_COLUMNS else pa.float64()) for c in columns])
     tmp = out.with_name(out.name + ".tmp")
     with pq.ParquetWriter(tmp, schema) as w:
         rows: list[dict] = []
@@ -261,7 +263,7 @@ def repair(path: Path, columns: tuple[str, ...] = COLUMNS) -> int:
         keep = complete_jsonl_prefix(data)
         first = data[: data.find(b"\n")] if keep else b""
         if first.strip():
-            _row_from_json(json.loads(first), f"{path}:1")  # raises on a file that is not ours
+            _row_from_json(json.loads(first), f"{path}:1", columns)  # raises on a file that is not ours
     if keep < len(data):
         with open(path, "r+b") as f:
             f.truncate(keep)

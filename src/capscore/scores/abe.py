@@ -77,7 +77,14 @@ Choices the paper leaves open (and what capscore does)
   both an attribute and an object receives both increments, each computed from
   the *original* token vectors, so the result does not depend on order.
 * **Refined tokens are re-normalised** before the cosine (S_ij is a cosine).
-* **P** (neighbours) is not fixed by the issue text; default 5, the same as K.
+* **P** (neighbours): section 3.2 names P but never its value; default 5, the same as K
+  (``--abe-p``). K = 5 and ω = 0.3 are the paper's (section 4.2.1).
+* **Parser.** The paper parses with Stanza; capscore uses spaCy (Stanza's models cannot be
+  fetched offline, spaCy's ship as a package). Tested on the paper's own sentences.
+* **Pool.** The paper's pool is SPLiCE's vocabulary (> 12K concepts); it is public but
+  unlicensed, so not bundled: see :mod:`capscore.scores.concepts` and ``--concept-pool``.
+* **Backbone.** The headline numbers are ABE on FG-CLIP (``fgclip:DIR``, whose patch tokens
+  are FG-CLIP's dense value-path features).
 * **Phrases carry no article or prompt** ("green vintage car", not "a photo of
   a green vintage car"), and captions get no prefix.
 * **Truncation.** Captions longer than the context are truncated by the engine
@@ -113,13 +120,13 @@ class AbeConfig:
     """All knobs of ABE-CLIP (see the module docstring for what each one changes).
 
     k                  patches averaged per token (top-K), paper default 5
-    p                  nearest concept-pool objects per caption object
+    p                  nearest concept-pool objects per caption object (not stated in the paper)
     omega              weight of the global score in the fusion, paper default 0.3
     refine             semantic refinement on (t′); off = local alignment only
     negative_binding   subtract b⁻ (other objects' attributes) in t′_k
     binding_difference S_local = S_refine + |S_refine − S_base|; off = S_refine
     special_tokens     also align the start and end tokens
-    pool               concept pool file; None = the bundled pool
+    pool               concept pool file (the paper's: SPLiCE's vocabulary); None = the bundled pool
     spacy_model        spaCy pipeline used for attribute–object pairs
     attribute_deps     dependency labels that make a child of a noun an attribute
     """
@@ -423,7 +430,8 @@ def _check_inputs(encoder: Encoder, images: Sequence, texts: Sequence[str]) -> N
         missing = "patch tokens" if not bb.has_patch_tokens else "per-token text features"
         raise CapscoreError(
             f"ABE-CLIP needs {missing} in the joint space, which backbone {bb.spec} does not expose "
-            "(use an open_clip ViT with a CLIP text tower, e.g. ViT-B-32/openai or scenes-tiny)"
+            "(use FG-CLIP, the paper's backbone: fgclip:DIR; or an open_clip ViT with a CLIP text tower, "
+            "e.g. ViT-B-32/openai or scenes-tiny)"
         )
 
 

@@ -3,13 +3,36 @@
 ABE-CLIP's semantic refinement (see :mod:`capscore.scores.abe`) does not measure
 what an attribute does to the caption's own object directly; it averages over
 the ``P`` objects of a *concept pool* that are nearest to that object. The paper
-does not publish its pool, so capscore ships its own:
+(abe-clip.txt, section 3.2) names its pool: "we adopt the more comprehensive and
+empirically-grounded conceptual vocabulary provided by SPLiCE [bhalla2024interpreting],
+containing over 12K concepts" (Magnet, which ABE follows, used 614 object nouns).
+
+**Why capscore does not ship SPLiCE's vocabulary.** The vocabulary is public and
+readable (AI4LIFE-GROUP/SpLiCE on GitHub, ``data/vocab/laion.txt``; also
+``data/vocab/mscoco.txt``), but the repository carries no licence file and its
+``setup.py`` declares none, so nothing grants the right to redistribute it inside
+capscore. Point ABE at your own copy instead::
+
+    git clone https://github.com/AI4LIFE-GROUP/SpLiCE
+    capscore probe --suite aro-vg-attribution --scorer abe --concept-pool SpLiCE/data/vocab/laion.txt ...
+    AbeConfig(pool="SpLiCE/data/vocab/laion.txt")          # from Python
+
+SpLiCE's files are one concept per line, sorted from least to most important
+(its ``vocabulary_size=k`` keeps the *last* k lines); the paper does not say which
+size it used ("over 12K"), so capscore reads the whole file you give it — trim it
+first (e.g. ``tail -n 12000``) to mimic a size. The file format below reads SpLiCE's
+files unchanged (a ``#`` glued to a word, as in its ``...#`` entries, is kept).
+
+Pools capscore can use:
 
 * **bundled** (default): ``scores/data/concept_pool.txt``, ~300 common depictable
   object nouns written for capscore (shapes, people, animals, vehicles, street,
-  nature, home, food, clothing, tools). Lower case, singular, one per line; ``#``
-  starts a comment. It works offline and is the same on every machine.
-* **a user file**: the same format (UTF-8, one word or short phrase per line).
+  nature, home, food, clothing, tools). Lower case, singular, one per line. It works
+  offline and is the same on every machine; it is *not* the paper's pool, so ABE
+  numbers with it are capscore's, not a replication.
+* **a user file** (``--concept-pool FILE`` / ``AbeConfig(pool=FILE)``): UTF-8, one
+  word or short phrase per line; a ``#`` at the start of a line or after whitespace
+  starts a comment.
 
 Neighbours are chosen by cosine similarity of the backbone's *global* text
 embeddings of the bare words (``Encoder.encode_texts``, so the pool is encoded
@@ -21,6 +44,7 @@ the pool (it is then its own nearest neighbour).
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -30,6 +54,7 @@ import torch
 from capscore.errors import CapscoreError, InputError
 
 BUNDLED_POOL = Path(__file__).parent / "data" / "concept_pool.txt"
+_COMMENT = re.compile(r"(?:^|\s)#")  # a comment starts at the line's start or after whitespace
 
 
 @dataclass(frozen=True)
@@ -49,7 +74,7 @@ def parse_pool(text: str, *, source: str) -> ConceptPool:
     words: list[str] = []
     seen: set[str] = set()
     for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0].strip().lower()
+        line = _COMMENT.split(raw, 1)[0].strip().lower()
         if not line:
             continue
         if "\t" in line:

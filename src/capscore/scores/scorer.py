@@ -110,15 +110,16 @@ def score_pair_records(
     *,
     prefix: str | None = None,
     skip_bad: bool = False,
+    **options,
 ) -> list[dict]:
     """Rows like :func:`score_records` for a pair scorer that is not a CLIPScore formula (ABE-CLIP).
 
-    ``prefix`` defaults to the scorer's own (none for ABE). Bad captions and
+    ``prefix`` defaults to the scorer's own (none for ABE); ``options`` go to the scorer's config. Bad captions and
     images become error rows with ``skip_bad``, else the first one is raised.
     """
     from capscore.scores.pairs import get_pair_scorer
 
-    scorer = get_pair_scorer(name)  # imports capscore.scores.abe lazily
+    scorer = get_pair_scorer(name, **options)  # imports capscore.scores.abe lazily; options: its config
     prefix = resolve_prefix(name, prefix)
     errors: dict[int, str] = {}
     for i, rec in enumerate(records):

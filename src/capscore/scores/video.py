@@ -1,46 +1,56 @@
-"""Video caption scoring: EMScore-style matching, with CLIP or PAC-S weights.
+"""Video caption scoring: EMScore-style matching with CLIP or PAC-S weights, and its reference-based forms.
 
-PAC-S scores videos the way EMScore does (Shi et al., EMScore, CVPR 2022;
-Sarto et al., PAC-S, CVPR 2023 §4.3 use the same formula with PAC-S weights),
-on frames encoded independently by the image tower:
+PAC-S scores videos the way EMScore does (Shi et al., EMScore, CVPR 2022; Sarto et al., PAC-S,
+CVPR 2023, §4.3 "video captioning": PAC-Score(c, V) = (Score(c, V)_c + Score(c, V)_f) / 2), on
+frames encoded independently by the image tower (``capscore.embed.Encoder.encode_videos``):
 
 * coarse-grained:  cogr = cos(t_eot, v̄),  v̄ = normalise(mean_f v_f)
 * fine-grained:    S_if = cos(t_i, v_f) for caption tokens i and frames f
                    P = Σ_i idf_i · max_f S_if / Σ_i idf_i     (token -> frame)
                    R = mean_f max_i S_if                      (frame -> token)
                    F = 2PR / (P + R)
-* full:            EMScore = (F + cogr) / 2  (and the same for P and R)
+* full:            EMScore(X, V) = PAC-S(c, V) = (F + cogr) / 2
 
-Choices, as in the EMScore reference code: caption tokens include the start
-and end tokens; idf weights default to 1 (``idf=None``) and can be computed
-from a corpus of captions with :func:`idf_weights` (log((N+1)/(df+1)), unseen
-ids log(N+1)); no clamping and no ``w`` factor (EMScore reports raw cosines).
-Pass ``w``/``clamp`` to get the CLIP-S-like ``w·max(·, 0)`` instead.
+Reference-based (caption vs reference r, both as token features; EMScore's EMScore(X, X*)):
 
-A video is a sequence of frames: a list of images/paths, a folder of frame
-images (sorted by name), or an animated image (GIF/WebP/APNG).
+* Score(c, r) = (F(c, r) + cos(t_c, t_r)) / 2 with P = Σ_i idf_i max_j cos(c_i, r_j) / Σ idf
+  over candidate tokens, R the same over reference tokens with the reference's idf.
+* RefPAC-S(c, V, R) = (PAC-S(c, V) + max_{r∈R} Score(c, r)) / 2 — the PAC-S paper's video
+  formula, word for word (``ref_max="score"``: the best reference by its full score).
+* EMScore(X, V, X*) (``emscore-ref``) = the same average, but the reference code takes the
+  maximum over references *per component* (max F and max cos separately, possibly from two
+  different references) before averaging (``ref_max="component"``). With one reference the
+  two agree.
+
+Choices, as in the EMScore reference code (which the PAC-S video evaluation reuses with PAC-S
+weights): caption tokens include the start and end tokens; no clamping and no ``w`` factor
+(raw cosines); no prompt prefix; idf weights default to 1 (``idf=None``) and can be computed from
+a corpus with :func:`idf_weights` (log((N+1)/(df+1)), unseen ids log(N+1), the end token set
+to the mean idf as the reference does). ``clip-s`` on a video is CLIPScore on the mean frame
+embedding: 2.5 · max(cogr, 0) (a baseline; the papers do not define it).
+
+A video is anything :class:`~capscore.data.video.VideoRef` reads (video file, animated image,
+frame folder, frame list), sampled by :class:`~capscore.data.video.Sampling` (default
+``uniform:10``).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageSequence
 
 from capscore.embed.engine import Encoder, TokenFeatures
-from capscore.errors import InputError
-
-FRAME_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff"}
+from capscore.errors import CapscoreError, InputError, unknown_name
 
 
 @dataclass(frozen=True)
 class VideoScore:
-    """EMScore(X, V) components for one (video, caption) pair."""
+    """EMScore components for one pair (caption vs video, or caption vs reference)."""
 
     coarse: float
     fine_p: float
@@ -60,6 +70,10 @@ class VideoScore:
         return (self.fine_f + self.coarse) / 2
 
 
+def _f1(p: float, r: float) -> float:
+    return 2 * p * r / (p + r) if (p + r) != 0 else 0.0
+
+
 def video_embedding(frames: torch.Tensor) -> torch.Tensor:
     """(F, D) normalised frame vectors -> (D,) normalised mean."""
     return F.normalize(frames.mean(dim=0), dim=-1)
@@ -74,41 +88,142 @@ def em_score(
     w = w / w.sum()
     p = float((sim.max(dim=1).values * w).sum())
     r = float(sim.max(dim=0).values.mean())
-    f = 2 * p * r / (p + r) if (p + r) != 0 else 0.0
     cogr = float(text_global @ video_embedding(frames))
-    return VideoScore(cogr, p, r, f)
+    return VideoScore(cogr, p, r, _f1(p, r))
 
 
-def idf_weights(token_ids: Iterable[Sequence[int]]) -> dict[int, float]:
-    """Document frequency -> idf = log((N+1)/(df+1)) over a corpus of tokenised captions."""
+def text_em_score(
+    cand: torch.Tensor, cand_global: torch.Tensor, ref: torch.Tensor, ref_global: torch.Tensor, *,
+    cand_idf: torch.Tensor | None = None, ref_idf: torch.Tensor | None = None,
+) -> VideoScore:
+    """EMScore(X, X*) against one reference: cand (L, D), ref (M, D) token vectors, globals (D,)."""
+    sim = cand @ ref.T  # (L, M)
+    wc = torch.ones(cand.shape[0]) if cand_idf is None else cand_idf.float()
+    wr = torch.ones(ref.shape[0]) if ref_idf is None else ref_idf.float()
+    p = float((sim.max(dim=1).values * wc / wc.sum()).sum())
+    r = float((sim.max(dim=0).values * wr / wr.sum()).sum())
+    return VideoScore(float(cand_global @ ref_global), p, r, _f1(p, r))
+
+
+def best_reference(per_ref: Sequence[VideoScore], *, ref_max: str = "score") -> VideoScore:
+    """max over references: ``"score"`` keeps the reference with the best (F + cos)/2 (PAC-S paper);
+    ``"component"`` takes each component's maximum separately (EMScore reference code)."""
+    if not per_ref:
+        raise CapscoreError("a reference-based video metric needs at least one reference per caption")
+    if ref_max == "score":
+        return max(per_ref, key=lambda s: s.full_f)
+    if ref_max == "component":
+        return VideoScore(max(s.coarse for s in per_ref), max(s.fine_p for s in per_ref),
+                          max(s.fine_r for s in per_ref), max(s.fine_f for s in per_ref))
+    raise CapscoreError(f"The 'ref_max' parameter must be 'score' or 'component'; got {ref_max!r} instead.")
+
+
+def ref_video_score(video: VideoScore, ref: VideoScore) -> float:
+    """RefPAC-S(c, V, R) = (PAC-S(c, V) + Score(c, r*)) / 2 (PAC-S §4.3); also EMScore(X, V, X*)'s full F."""
+    return (video.full_f + ref.full_f) / 2
+
+
+def idf_weights(token_ids: Iterable[Sequence[int]], *, eos_id: int | None = None) -> dict[int, float]:
+    """Document frequency -> idf = log((N+1)/(df+1)) over a corpus of tokenised captions.
+
+    ``-1`` holds the idf of unseen ids, log(N+1). If ``eos_id`` is given its idf is set to the
+    mean idf of the corpus ids, as the EMScore reference code does for the end-of-text token
+    (which occurs in every caption and would otherwise weigh 0).
+    """
     docs = [set(ids) for ids in token_ids]
     df = Counter(i for d in docs for i in d)
     n = len(docs)
-    return {i: math.log((n + 1) / (c + 1)) for i, c in df.items()} | {-1: math.log(n + 1)}
+    out = {i: math.log((n + 1) / (c + 1)) for i, c in df.items()}
+    if eos_id is not None and out:
+        out[eos_id] = sum(out.values()) / len(out)
+    return out | {-1: math.log(n + 1)}
 
 
-def load_frames(video) -> list:
-    """A video reference -> list of frames (PIL images or paths)."""
-    if isinstance(video, (list, tuple)):
-        if not video:
-            raise InputError("video", "no frames")
-        return list(video)
-    path = Path(video)
-    if path.is_dir():
-        frames = sorted(p for p in path.iterdir() if p.suffix.lower() in FRAME_SUFFIXES)
-        if not frames:
-            raise InputError(str(path), "video folder holds no frame images", expected=", ".join(sorted(FRAME_SUFFIXES)))
-        return frames
-    if not path.exists():
-        raise InputError(str(path), "video not found")
-    try:
-        with Image.open(path) as im:
-            frames = [f.convert("RGB") for f in ImageSequence.Iterator(im)]
-    except OSError as e:
-        raise InputError(str(path), f"cannot read video as an animated image or frame folder ({e})") from None
-    return frames
+def _idf_vector(idf: Mapping[int, float] | None, ids: Sequence[int]) -> torch.Tensor | None:
+    if idf is None:
+        return None
+    return torch.tensor([idf.get(i, idf.get(-1, 1.0)) for i in ids])
 
 
+def corpus_idf(encoder: Encoder, texts: Sequence[str]) -> dict[int, float]:
+    """idf over ``texts`` tokenised by the encoder's backbone; the end token gets the mean idf."""
+    ids = encoder.backbone.tokenize(list(texts))
+    eos = Counter(row[-1] for row in ids if row).most_common(1)
+    return idf_weights(ids, eos_id=eos[0][0] if eos else None)
+
+
+# ------------------------------------------------------------------------------------ metric registry
+@dataclass(frozen=True)
+class VideoMetric:
+    """A video metric: what it needs, how its final value is formed, where it comes from."""
+
+    name: str
+    needs_refs: bool
+    final: str  # "clip-s" | "em" | "ref-em"
+    ref_max: str = "score"
+    w: float = 2.5
+    citation: str = ""
+    note: str = ""
+
+
+VIDEO_METRICS: dict[str, VideoMetric] = {
+    m.name: m
+    for m in [
+        VideoMetric("clip-s", False, "clip-s", citation="Hessel et al., CLIPScore, EMNLP 2021 (on the mean frame)",
+                    note="2.5 · max(cos(caption, mean frame), 0)"),
+        VideoMetric("pac-s", False, "em", citation="Sarto et al., PAC-S, CVPR 2023, §4.3",
+                    note="(coarse + fine F)/2; use with PAC-S weights"),
+        VideoMetric("refpac-s", True, "ref-em", "score", citation="Sarto et al., PAC-S, CVPR 2023, §4.3",
+                    note="(PAC-S(c, V) + max_r Score(c, r))/2, best reference by its full score"),
+        VideoMetric("emscore", False, "em", citation="Shi et al., EMScore, CVPR 2022",
+                    note="EMScore(X, V) = (coarse + fine F)/2 with CLIP weights"),
+        VideoMetric("emscore-ref", True, "ref-em", "component", citation="Shi et al., EMScore, CVPR 2022",
+                    note="EMScore(X, V, X*): components maxed over references separately (reference code)"),
+    ]
+}
+
+
+def get_video_metric(name: str | VideoMetric) -> VideoMetric:
+    if isinstance(name, VideoMetric):
+        return name
+    if name not in VIDEO_METRICS:
+        raise unknown_name("video metric", name, VIDEO_METRICS)
+    return VIDEO_METRICS[name]
+
+
+@dataclass(frozen=True)
+class VideoResult:
+    """Every number behind one (video, caption) score; ``ref`` is the chosen reference side."""
+
+    score: float
+    video: VideoScore | None
+    ref: VideoScore | None = None
+
+    def fields(self) -> dict:
+        v, r = self.video, self.ref
+        return {"score": self.score,
+                "coarse": None if v is None else v.coarse, "fine_p": None if v is None else v.fine_p,
+                "fine_r": None if v is None else v.fine_r, "fine_f": None if v is None else v.fine_f,
+                "ref_coarse": None if r is None else r.coarse, "ref_fine_f": None if r is None else r.fine_f}
+
+
+def combine(metric: VideoMetric, frames: torch.Tensor, cand: TokenFeatures | torch.Tensor,
+            refs: Sequence[TokenFeatures] = (), *, idf: Mapping[int, float] | None = None) -> VideoResult:
+    """One pair's result from its embeddings (pure). ``cand`` is a global vector for clip-s."""
+    if metric.final == "clip-s":
+        g = cand.global_ if isinstance(cand, TokenFeatures) else cand
+        cogr = float(g @ video_embedding(frames))
+        return VideoResult(metric.w * max(cogr, 0.0), VideoScore(cogr, math.nan, math.nan, math.nan))
+    vs = em_score(frames, cand.vectors, cand.global_, idf=_idf_vector(idf, cand.ids))
+    if metric.final == "em":
+        return VideoResult(vs.full_f, vs)
+    per_ref = [text_em_score(cand.vectors, cand.global_, r.vectors, r.global_,
+                             cand_idf=_idf_vector(idf, cand.ids), ref_idf=_idf_vector(idf, r.ids)) for r in refs]
+    best = best_reference(per_ref, ref_max=metric.ref_max)
+    return VideoResult(ref_video_score(vs, best), vs, best)
+
+
+# ------------------------------------------------------------------------------------ scoring
 def score_videos(
     encoder: Encoder,
     videos: Sequence,
@@ -116,14 +231,105 @@ def score_videos(
     *,
     prefix: str = "",
     idf: dict[int, float] | None = None,
+    sampling=None,
 ) -> list[VideoScore]:
     """EMScore(X, V) for aligned videos and captions; frames and tokens go through the encoder (cached)."""
     if len(videos) != len(captions):
         raise InputError("videos", "videos and captions differ in number", expected=str(len(videos)), got=len(captions))
     feats: list[TokenFeatures] = encoder.text_tokens([prefix + c for c in captions])
-    out = []
-    for video, feat in zip(videos, feats):
-        frames = encoder.encode_images(load_frames(video))
-        w = None if idf is None else torch.tensor([idf.get(i, idf.get(-1, 1.0)) for i in feat.ids])
-        out.append(em_score(frames, feat.vectors, feat.global_, idf=w))
-    return out
+    frames = encoder.encode_videos(videos, sampling=sampling)
+    return [em_score(fr, ft.vectors, ft.global_, idf=_idf_vector(idf, ft.ids)) for fr, ft in zip(frames, feats)]
+
+
+def load_frames(video, sampling="all") -> list:
+    """A video reference -> its sampled frames as RGB images (all frames by default)."""
+    from capscore.data.video import Sampling, VideoRef
+
+    return VideoRef.of(video).load(Sampling.parse(sampling))
+
+
+def _validate(rec, metric: VideoMetric) -> InputError | None:
+    where = rec.source or f"item {rec.id}"
+    if not isinstance(rec.caption, str):
+        return InputError(where, "caption is not a string", got=rec.caption)
+    if not rec.caption.strip():
+        return InputError(where, "empty caption")
+    for r in rec.refs:
+        if not isinstance(r, str) or not r.strip():
+            return InputError(where, "empty or non-string reference", got=r)
+    if metric.needs_refs and not rec.refs:
+        return InputError(where, f"{metric.name} needs references; none given")
+    return None
+
+
+def video_of(rec):
+    """The :class:`VideoRef` of a record (records from caption files carry an ImageRef with the path)."""
+    from capscore.data.video import VideoRef
+
+    v = rec.image
+    if isinstance(v, VideoRef):
+        return v
+    if getattr(v, "path", None) is None:
+        raise InputError(rec.source or f"item {rec.id}", "no video path")
+    return VideoRef(path=v.path, name=f"{rec.source}: video {v.path}" if rec.source else v.name)
+
+
+def video_row(rec, result: VideoResult | None, error: str | None) -> dict:
+    path = getattr(rec.image, "path", None)
+    row = {"id": rec.id, "video": str(path) if path is not None else rec.image.where(),
+           "caption": rec.caption if isinstance(rec.caption, str) else repr(rec.caption), "system": rec.system}
+    fields = (result.fields() if result is not None else
+              dict.fromkeys(("score", "coarse", "fine_p", "fine_r", "fine_f", "ref_coarse", "ref_fine_f")))
+    row.update({k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in fields.items()})
+    row["error"] = error
+    return row
+
+
+def score_video_records(
+    records: Iterable,
+    encoder: Encoder,
+    metric: str | VideoMetric = "pac-s",
+    *,
+    sampling=None,
+    prefix: str = "",
+    idf: Mapping[int, float] | None = None,
+    chunk_size: int = 256,
+    skip_bad: bool = False,
+) -> Iterator[dict]:
+    """Yield one row per record, in order: id, video, caption, system, score, coarse, fine_p, fine_r,
+    fine_f, ref_coarse, ref_fine_f, error. Frames of a clip are decoded and encoded once per chunk
+    (and cached across chunks); a bad item raises, or with ``skip_bad`` becomes an error row."""
+    metric = get_video_metric(metric)
+    it = iter(records)
+    while chunk := list(itertools.islice(it, chunk_size)):
+        errors: dict[int, str] = {}
+        for i, rec in enumerate(chunk):
+            err = _validate(rec, metric)
+            if err is not None:
+                if not skip_bad:
+                    raise err
+                errors[i] = str(err)
+        good = [i for i in range(len(chunk)) if i not in errors]
+        vid_err: dict[int, str] = {}  # collected even without skip_bad, so the first bad row is the one named
+        frames = encoder.encode_videos([video_of(chunk[i]) for i in good], sampling=sampling, errors=vid_err)
+        if vid_err and not skip_bad:
+            raise CapscoreError(vid_err[min(vid_err)])
+        for j, msg in vid_err.items():
+            errors[good[j]] = msg
+        frames_of = {i: f for i, f in zip(good, frames)}
+        good = [i for i in good if i not in errors]
+        texts = [prefix + chunk[i].caption for i in good]
+        if metric.final == "clip-s":
+            cands = list(encoder.encode_texts(texts))
+        else:
+            cands = encoder.text_tokens(texts)
+        ref_feats: dict[str, TokenFeatures] = {}
+        if metric.needs_refs and good:
+            uniq = list(dict.fromkeys(prefix + r for i in good for r in chunk[i].refs))
+            ref_feats = dict(zip(uniq, encoder.text_tokens(uniq)))
+        results = {}
+        for i, cand in zip(good, cands):
+            refs = [ref_feats[prefix + r] for r in chunk[i].refs] if metric.needs_refs else []
+            results[i] = combine(metric, frames_of[i], cand, refs, idf=idf)
+        for i, rec in enumerate(chunk):
+            yield video_row(rec, results.get(i), errors.get(i) if i not in results else None)

@@ -237,19 +237,36 @@ def pacs_loss(
     *,
     lambda_v: float = 0.05,
     lambda_t: float = 0.05,
+    directions: str = "sum",
 ) -> PacsLoss:
     """PAC-S (Sarto et al., CVPR 2023, "Positive-Augmented Contrastive Learning for
-    Image and Video Captioning Evaluation", section 3, eq. 2):
+    Image and Video Captioning Evaluation", section 3; pac-s.txt, the poster's loss box):
 
       L = L(V, T) + λ_v·L(V′, T) + λ_t·L(V, T′)
 
-    L is the symmetric InfoNCE; V′ are images generated from the captions T, T′
-    captions generated for the images V (both positives of their row). On capscore's
-    scenes, V′ is a re-rendered layout of the same scene graph and T′ another
-    phrasing of it. λ_v = λ_t = 0.05 is this library's default (exposed; check the
-    paper's value for your replication).
+      L(V, T) = −(1/N) Σ_i log[exp(cos(v_i, t_i)/τ) / Σ_j exp(cos(v_i, t_j)/τ)]
+                −(1/N) Σ_i log[exp(cos(v_i, t_i)/τ) / Σ_j exp(cos(v_j, t_i)/τ)]
+
+    i.e. the *sum* of the image->text and text->image cross-entropies, as printed
+    (``directions="sum"``, the default); ``directions="mean"`` halves it, as CLIP's
+    own loss (:func:`contrastive_loss`) does — the same three-term balance at half the
+    scale (under AdamW without gradient clipping the two give nearly the same updates).
+    1/τ is ``scale`` (the model's ``logit_scale.exp()``). V′ are images generated from
+    the captions T (Stable Diffusion in the paper), T′ captions generated for the images
+    V (BLIP); both are positives of their row, and the same InfoNCE is applied to them.
+
+    λ_v and λ_t: pac-s.txt (the poster and the paper's opening) does not state their
+    values, and pacscore publishes no training code, so λ_v = λ_t = 0.05 is capscore's
+    default, unverified against the paper; both are parameters (``--set lambda_v=...``).
     """
-    real = contrastive_loss(image, text, scale)
-    gv = lambda_v * contrastive_loss(gen_image, text, scale)
-    gt = lambda_t * contrastive_loss(image, gen_text, scale)
+    if directions not in ("sum", "mean"):
+        raise param_error("directions", "pacs_loss", "'sum' or 'mean'", directions)
+    factor = 2.0 if directions == "sum" else 1.0  # contrastive_loss is the mean of the two directions
+
+    def infonce(v, t):
+        return factor * contrastive_loss(v, t, scale)
+
+    real = infonce(image, text)
+    gv = lambda_v * infonce(gen_image, text)
+    gt = lambda_t * infonce(image, gen_text)
     return PacsLoss(real + gv + gt, real, gv, gt)

@@ -214,7 +214,8 @@ def _pacs_step(bb, batch, *, p, pixels, **_):
     img, _ = bb.forward_images(pixels([e.image for e in batch] + [e.gen_image for e in batch]))
     img = img.view(2, n, -1)  # (2, B, D): real, generated
     txt = encode_texts(bb, [e.caption for e in batch] + [e.gen_caption for e in batch]).view(2, n, -1)
-    out = obj.pacs_loss(img[0], txt[0], img[1], txt[1], _scale(bb), lambda_v=p["lambda_v"], lambda_t=p["lambda_t"])
+    out = obj.pacs_loss(img[0], txt[0], img[1], txt[1], _scale(bb), lambda_v=p["lambda_v"], lambda_t=p["lambda_t"],
+                        directions="mean" if p["infonce_mean"] else "sum")
     return out.loss, {"real": out.real.item(), "gen_images": out.generated_images.item(),
                       "gen_texts": out.generated_texts.item()}
 
@@ -239,7 +240,7 @@ RECIPES: dict[str, Recipe] = {
                # App. B.2: "AdamW ... beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8. The initial learning rate is
                # 5e-5"; weight decay unstated: torch.optim.AdamW's default 1e-2
                optim=dict(lr=5e-5, weight_decay=1e-2, betas=(0.9, 0.999), eps=1e-8)),
-        Recipe("pacs", ("caption", "gen_image", "gen_caption"), dict(COMMON, lambda_v=0.05, lambda_t=0.05),
+        Recipe("pacs", ("caption", "gen_image", "gen_caption"), dict(COMMON, lambda_v=0.05, lambda_t=0.05, infonce_mean=0),
                _contrastive_prepare, _pacs_step, citation="Sarto et al., CVPR 2023 (PAC-S), eq. 2"),
     ]
 }
