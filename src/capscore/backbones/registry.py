@@ -147,12 +147,15 @@ GRAMMAR: tuple[tuple[str, str, str], ...] = (
      "`ViT-B-32/openai`, `ViT-L-14/laion2b_s32b_b82k`"),
     ("`ARCH`", "open_clip architecture with **random** weights (`--seed`), warned", "`ViT-B-32`"),
     ("`ckpt:PATH` or bare `PATH.pt/.pth/.bin/.safetensors`",
-     "OpenAI-format state dict: OpenAI CLIP fine-tunes, PAC-S, PAC++ (LoRA merged), LongCLIP (248 tokens)",
+     "OpenAI-format state dict: OpenAI CLIP fine-tunes, PAC-S, PAC++ (LoRA applied as pacscore's forward does), "
+     "LongCLIP (248 tokens)",
      "`ckpt:~/pacs/clip_ViT-B-32.pth`, `ckpt:~/pacs/openClip_ViT-L-14.pth#arch=ViT-L-14`"),
     ("`hf:ID_OR_DIR`", "Hugging Face `CLIPModel` / `SiglipModel` (`--trust-remote-code` only if you pass it)",
      "`hf:openai/clip-vit-base-patch32`, `hf:google/siglip-base-patch16-224`"),
     ("`mclip:DIR`", "multilingual text student + CLIP image tower (M-CLIP / PR-MCS shape)",
      "`mclip:~/students/xlmr-vitb32`"),
+    ("`fgclip:DIR`", "FG-CLIP folder (ABE-CLIP's headline backbone), no remote code; dense patch tokens",
+     "`fgclip:~/fg-clip-base`"),
     ("`hf-hub:ORG/REPO`, `local-dir:DIR`", "open_clip's own schemas", "`hf-hub:timm/ViT-B-16-SigLIP`"),
 )
 GRAMMAR_HEADER = ("spec", "what loads", "example")
