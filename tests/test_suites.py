@@ -213,7 +213,7 @@ def test_cli_probe_two_models(tmp_path, root, capsys):
     f = tmp_path / "replace_obj.json"
     f.write_text(json.dumps({"0": {"filename": "img0.png", "caption": "a dog", "negative_caption": "a cat"}}))
     out = tmp_path / "out"
-    rc = main(["-q", "probe", "--model", "capscore-test-tiny", "--model", "capscore-test-tiny", "--suite",
+    rc = main(["-q", "probe", "--model", "capscore-test-tiny", "--model", "openclip:capscore-test-tiny", "--suite",
                "sugarcrepe", "--data", str(f), "--images", str(root), "--out", str(out), "--format", "parquet"])
     assert rc == 0
     summary = json.loads((out / "sugarcrepe.summary.json").read_text())
@@ -221,7 +221,8 @@ def test_cli_probe_two_models(tmp_path, root, capsys):
     import pandas as pd
 
     assert len(pd.read_parquet(out / "sugarcrepe__capscore-test-tiny.parquet")) == 1
-    assert "accuracy=" in capsys.readouterr().out
+    table = capsys.readouterr().out
+    assert "accuracy" in table and "openclip:capscore-test-tiny" in table
 
 
 def test_cli_bad_file_is_one_line(tmp_path, root, capsys):

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
-import warnings
 
 COMMANDS: dict[str, str] = {
     "demo": "run the offline demo on synthetic scenes with the bundled scenes-tiny model",
@@ -25,9 +23,9 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def _available() -> dict[str, object]:
+def _available(names=COMMANDS) -> dict[str, object]:
     mods = {}
-    for name in COMMANDS:
+    for name in names:
         try:
             mods[name] = importlib.import_module(f"capscore.commands.{name}")
         except ModuleNotFoundError as e:
@@ -44,45 +42,62 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"capscore: error: {sub}{' '.join(message.split())} (see {self.prog} -h)\n")
 
 
-def build_parser(mods: dict[str, object]) -> argparse.ArgumentParser:
+def _version() -> str:
+    from capscore import __version__
+
+    return __version__
+
+
+def build_parser(mods: dict[str, object], configure: set[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; only the subcommands in ``configure`` (default: all) get their options.
+
+    ``capscore --help`` configures none, so it imports no command's dependencies (torch).
+    Subparsers inherit ``_Parser`` (argparse uses the parent's class), so every usage error is one line.
+    """
+    from capscore.commands._args import add_common
+
     parser = _Parser(prog="capscore", description="Judge, probe and train CLIP-style caption metrics.")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars or warnings")
-    parser.add_argument("--debug", action="store_true",
-                        help="show the Python traceback of an unexpected error (for bug reports)")
+    parser.add_argument("--version", action="version", version=f"capscore {_version()}")
+    add_common(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, mod in mods.items():
         p = sub.add_parser(name, help=COMMANDS[name], description=COMMANDS[name])
-        mod.configure(p)
+        if configure is None or name in configure:
+            add_common(p)
+            mod.configure(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capscore._log import CapscoreWarning
+    from capscore._log import close_bars, setup_logging
     from capscore.errors import CapscoreError
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    mods = _available()
-    parser = build_parser(mods)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = next((a for a in argv if a in COMMANDS), None)  # configure only the command being run
+    mods = _available([chosen] if chosen else COMMANDS)
+    parser = build_parser(mods, configure={chosen} if chosen else set())
     try:
         args = parser.parse_args(argv)
-    except SystemExit as e:  # -h, or a bad argument (already reported on one line)
+    except SystemExit as e:  # -h, --version, or a bad argument (already reported on one line)
         return e.code if isinstance(e.code, int) else 2
     if not args.command:
         parser.print_help()
         return 2
-    logging.basicConfig(level=logging.WARNING, format="capscore: %(message)s")
-    warnings.simplefilter("ignore" if args.quiet else "once", CapscoreWarning)
-    warnings.formatwarning = lambda msg, cat, *a, **k: f"capscore: warning: {msg}\n"
+    setup_logging(quiet=args.quiet, debug=args.debug)
     try:
         return int(mods[args.command].run(args) or 0)
     except CapscoreError as e:
+        close_bars()
         _traceback(args)
         print(f"capscore: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        close_bars()
         print("capscore: interrupted; results written so far are kept (re-run with --resume)", file=sys.stderr)
         return 130
     except OSError as e:
+        close_bars()
         _traceback(args)
         if e.filename is None:  # no file to name: not something the user can act on
             return _bug(e)
@@ -91,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"capscore: error: {e.filename}: {what}", file=sys.stderr)
         return 2
     except RecursionError as e:  # e.g. a JSON file nested 100000 levels deep that no loader caught
+        close_bars()
         _traceback(args)
         print(f"capscore: error: input nested too deeply to read ({e})", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001  (the safety net: one line, never a traceback)
+        close_bars()
         _traceback(args)
         return _bug(e)
 

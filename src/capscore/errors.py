@@ -28,6 +28,12 @@ class InputError(CapscoreError):
             msg += f"; got {short_repr(got)}"
         super().__init__(msg)
 
+    @classmethod
+    def from_message(cls, message: str) -> "InputError":
+        """Re-raise a message built earlier by an InputError (``where: what``)."""
+        where, _, what = message.partition(": ")
+        return cls(where, what)
+
 
 def short_repr(value: object, limit: int = 60) -> str:
     """A short, single-line copy of what was passed, for error messages."""
@@ -44,10 +50,11 @@ def param_error(param: str, func: str, expected: str, got: object) -> CapscoreEr
 
 def unknown_name(kind: str, name: str, known: Iterable[str]) -> CapscoreError:
     """An unknown name with did-you-mean suggestions (never the full list)."""
-    known = list(known)
+    known = list(dict.fromkeys(known))  # a name listed twice (e.g. by two registries) is suggested once
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if not close:
         lowered = {k.lower(): k for k in known}
         close = [lowered[k] for k in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.5)]
+    close = list(dict.fromkeys(close))
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return CapscoreError(f"unknown {kind} {name!r}{hint}")

@@ -57,6 +57,16 @@ knowledge-preserved stretch (:func:`~capscore.backbones.longclip.stretch_positio
 not plain interpolation; a shorter context slices the table (exact for
 captions that fit, CLIP's text mask is causal).
 
+Why not open_clip's ``build_model_from_openai_state_dict``: it is the same
+shape inference, but (measured with open_clip 3, see docs/backbones.md) it
+casts the model to float16 *before* loading, so an fp32 checkpoint (PAC-S,
+capscore's own training output) loses precision (max |Δweight| 6.1e-5 on a
+ViT-B-32); it fixes heads to ``width // 64`` (fails on narrow towers such as
+``capscore-test-tiny``: 0 heads, and silently mis-builds registered
+architectures with another head width); it assumes an MLP ratio of 4; and it
+knows neither LongCLIP's ``positional_embedding_res`` nor the 77 → 248
+stretch. :func:`build_clip` keeps those, and loads exactly (strict, fp32).
+
 Images are preprocessed as OpenAI CLIP does: bicubic resize of the short side
 to the checkpoint's resolution, center crop, OpenAI mean/std.
 """

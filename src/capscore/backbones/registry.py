@@ -152,8 +152,40 @@ def load_backbone(
     return bb
 
 
+# The --model grammar as the user sees it: README's table and `capscore models` are both rendered from these
+# rows (tests/test_cli_grammar.py checks the README copy), so the grammar is written once.
+GRAMMAR: tuple[tuple[str, str, str], ...] = (
+    ("`NAME`", "a model shipped with capscore", "`scenes-tiny`"),
+    ("`ARCH/TAG`", "open_clip architecture + pretrained tag (or a local open_clip weights file)",
+     "`ViT-B-32/openai`, `ViT-L-14/laion2b_s32b_b82k`"),
+    ("`ARCH`", "open_clip architecture with **random** weights (`--seed`), warned", "`ViT-B-32`"),
+    ("`ckpt:PATH` or bare `PATH.pt/.pth/.bin/.safetensors`",
+     "OpenAI-format state dict: OpenAI CLIP fine-tunes, PAC-S, PAC++ (LoRA applied as pacscore's forward does), "
+     "LongCLIP (248 tokens)",
+     "`ckpt:~/pacs/clip_ViT-B-32.pth`, `ckpt:~/pacs/openClip_ViT-L-14.pth#arch=ViT-L-14`"),
+    ("`hf:ID_OR_DIR`", "Hugging Face `CLIPModel` / `SiglipModel` (`--trust-remote-code` only if you pass it)",
+     "`hf:openai/clip-vit-base-patch32`, `hf:google/siglip-base-patch16-224`"),
+    ("`mclip:DIR`", "multilingual text student + CLIP image tower (M-CLIP / PR-MCS shape)",
+     "`mclip:~/students/xlmr-vitb32`"),
+    ("`fgclip:DIR`", "FG-CLIP folder (ABE-CLIP's headline backbone), no remote code; dense patch tokens",
+     "`fgclip:~/fg-clip-base`"),
+    ("`hf-hub:ORG/REPO`, `local-dir:DIR`", "open_clip's own schemas", "`hf-hub:timm/ViT-B-16-SigLIP`"),
+)
+GRAMMAR_HEADER = ("spec", "what loads", "example")
+
+
+def grammar_markdown() -> str:
+    """The README's ``--model`` table (Markdown)."""
+    lines = ["| " + " | ".join(GRAMMAR_HEADER) + " |", "|---|---|---|"]
+    lines += ["| " + " | ".join(row) + " |" for row in GRAMMAR]
+    return "\n".join(lines)
+
+
 def describe_models() -> str:
-    """The grammar as a table, for ``capscore models``."""
-    rows = [f"  {a.prefix:9s} e.g. {a.example:34s} {a.description}" for a in ADAPTERS.values()]
-    rows.append("  bundled:  " + ", ".join(BUNDLED))
-    return "\n".join(rows)
+    """The grammar table for ``capscore models`` (the README's rows, without Markdown marks)."""
+    from capscore.report.tables import format_table
+
+    plain = lambda text: text.replace("`", "").replace("**", "")  # noqa: E731
+    rows = [dict(zip(GRAMMAR_HEADER, map(plain, row))) for row in GRAMMAR]
+    rows.append({"spec": "(bundled)", "what loads": ", ".join(BUNDLED), "example": ""})
+    return format_table(rows)

@@ -10,9 +10,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from capscore.data.shards import Shard, SourceOptions
 from capscore.errors import CapscoreError
+
+if TYPE_CHECKING:  # capscore.data imports the engine (torch): not at `capscore --help` time
+    from capscore.data.shards import Shard, SourceOptions
 
 FLAGS = {"webdataset": "--webdataset", "parquet": "--parquet", "hf": "--hf-dataset"}
 
@@ -77,7 +80,7 @@ class ShardedSource:
 
 def source_from_args(args) -> ShardedSource | None:
     """The sharded source the user named, or None for --images/--captions; errors on a mix."""
-    from capscore.data.shards import list_shards
+    from capscore.data.shards import SourceOptions, list_shards
 
     given = {k: getattr(args, a) for k, a in (("webdataset", "webdataset"), ("parquet", "parquet"),
                                                  ("hf", "hf_dataset")) if getattr(args, a, None)}

@@ -16,14 +16,16 @@ See docs/meta.md.
 """
 from __future__ import annotations
 
-from capscore.commands._args import output_dir, refuse_input_as_output, non_negative_int, positive_int
 import csv
 import json
 import sys
 from pathlib import Path
 
 from capscore.commands import _shards
+from capscore.commands._args import add_device, add_metric, add_model, non_negative_int, output_dir, positive_int, refuse_input_as_output
 from capscore.errors import CapscoreError
+
+CORRELATE_METRICS = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs")
 
 
 def configure(p) -> None:
@@ -35,9 +37,10 @@ def configure(p) -> None:
     p.add_argument("--images", metavar="DIR", help="image root of the dataset")
     p.add_argument("--split", help="split of a parquet dataset folder (e.g. test, test.desc)")
     p.add_argument("--coco-captions", metavar="FILE", help="FOIL: COCO captions_val2014.json (references)")
-    p.add_argument("--model", nargs="+", default=[], metavar="M", help="backbone(s), e.g. ViT-B-32/openai")
-    p.add_argument("--metric", nargs="+", default=["clip-s"], metavar="NAME",
-                   help="clip-s, refclip-s, pac-s, refpac-s, mcs (default clip-s)")
+    add_model(p, default=None)
+    from capscore.scores.video import VIDEO_METRICS
+
+    add_metric(p, tuple(dict.fromkeys(CORRELATE_METRICS + tuple(VIDEO_METRICS))))  # video ones: video datasets
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")
     p.add_argument("--scores", metavar="FILE", help="external scores (JSONL/CSV/Parquet with id and score)")
     p.add_argument("--human", metavar="FILE", help="human scores (JSONL/CSV with id and score) for --scores")
@@ -69,8 +72,7 @@ def configure(p) -> None:
                    help="video datasets: EMScore idf weights from the dataset's training captions (its protocol)")
     p.add_argument("--n-refs", type=int, nargs="+", metavar="K",
                    help="video rating datasets, reference-based metrics: reference counts (default 1 9)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="default fp32")
+    add_device(p)
     p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore)")
@@ -137,6 +139,7 @@ def run(args) -> int:
 
 
 def _score_and_correlate(args, ds, common):
+    from capscore._log import is_quiet, log, progress
     from capscore.backbones import load_backbone
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import MemoryCache
@@ -154,14 +157,16 @@ def _score_and_correlate(args, ds, common):
         for name in args.metric:
             warn_metric_fit(name, backbone)
         encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size, cache=cache,
-                               progress=not getattr(args, "quiet", False))
-        for m in metrics:
-            results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
-                                    ref_sample=args.ref_sample or None, ref_draws=args.ref_draws,
-                                    skip_bad=args.skip_bad, **common))
+                               progress=not is_quiet())
+        with progress(len(metrics), desc=f"correlate {spec}", unit="metric") as bar:
+            for m in metrics:
+                results.append(evaluate(ds, encoder, m, prefix=args.prefix, columns=args.stats, ties=args.ties,
+                                        ref_sample=args.ref_sample or None, ref_draws=args.ref_draws,
+                                        skip_bad=args.skip_bad, **common))
+                bar.update(1)
         st = encoder.stats
-        print(f"{spec}: encoded {st.images_encoded} images and {st.texts_encoded} texts; "
-              f"{st.images_cached} images and {st.texts_cached} texts came from the cache", file=sys.stderr)
+        log.info(f"{spec}: encoded {st.images_encoded} images and {st.texts_encoded} texts; "
+                 f"{st.images_cached} images and {st.texts_cached} texts came from the cache")
     return results
 
 
@@ -177,37 +182,28 @@ def _columns(results) -> list[str]:
 
 def format_table(results) -> str:
     """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100; ×1 for
-    :data:`capscore.meta.stats.UNSCALED`)."""
+    :data:`capscore.meta.stats.UNSCALED`), printed by the one table printer."""
     from capscore.meta.stats import UNSCALED
+    from capscore.report.tables import format_table as print_table
 
     if not results:
         return "(no results)"
     cols = _columns(results)
-    head = ["metric", "backbone"] + cols + ["n"]
     rows = []
     for r in results:
-        cells = [r.metric, r.backbone or "-"]
+        row = {"metric": r.metric, "backbone": r.backbone or "-"}
         for c in cols:
             s = r.get(c)
             # SPECS Table 2's 1 − R² is x1 and unbounded (0.73 ... 3.3e7): 4 significant digits, not .1f
             f = "{:.4g}" if c.rsplit(":", 1)[-1] in UNSCALED else "{:.1f}"
-            if s is None:
-                cells.append("")
-            elif s.ci is None:
-                cells.append(f.format(s.value))
-            else:
-                cells.append(f"{f.format(s.value)} [{f.format(s.ci[0])}, {f.format(s.ci[1])}]")
-        cells.append(str(r.n))
-        rows.append(cells)
-    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+            row[c] = "" if s is None else f.format(s.value) if s.ci is None else \
+                f"{f.format(s.value)} [{f.format(s.ci[0])}, {f.format(s.ci[1])}]"
+        rows.append(row | {"n": r.n})
     r0 = results[0]
     boot = (f"95% bootstrap intervals over {r0.n_resamples} resamples" if r0.n_resamples else "no bootstrap")
     scale = "statistics ×100" + (" (one_minus_r2: ×1, as SPECS Table 2)" if any(
         c.rsplit(":", 1)[-1] in UNSCALED for c in cols) else "")
-    lines = [f"{r0.dataset} ({r0.source}); {scale}, {boot}, seed {r0.seed}", fmt(head),
-             fmt(["-" * w for w in widths])]
-    lines += [fmt(c) for c in rows]
+    lines = [f"{r0.dataset} ({r0.source}); {scale}, {boot}, seed {r0.seed}", print_table(rows, indent="")]
     skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
     if skipped:
         lines.append("skipped: " + ", ".join(f"{v} {k}" for k, v in skipped.items()))

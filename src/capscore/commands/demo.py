@@ -9,11 +9,11 @@ the same options give the same numbers.
 """
 from __future__ import annotations
 
-from capscore.commands._args import output_dir, positive_int
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from capscore.commands._args import add_device, add_model, output_dir, positive_int
 from capscore.errors import CapscoreError
 
 DEMO_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
@@ -23,7 +23,8 @@ def configure(p) -> None:
     p.add_argument("--out", default="capscore-demo", metavar="DIR", help="output folder (default capscore-demo/)")
     p.add_argument("--n", type=positive_int, default=60, help="number of scenes (default 60)")
     p.add_argument("--seed", type=int, default=7, help="scene seed (default 7)")
-    p.add_argument("--model", default="scenes-tiny", help="backbone (default: the bundled scenes-tiny)")
+    add_model(p, single=True, help="backbone (default: the bundled scenes-tiny)")
+    add_device(p)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ def build_records(scenes, image_dir: Path, *, seed: int):
     return records, meta
 
 
-def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny", log=print) -> DemoResult:
+def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny", device: str = "cpu",
+             dtype: str = "fp32", log=print) -> DemoResult:
     import numpy as np
 
     from capscore.backbones import load_backbone
@@ -78,7 +80,7 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
         raise CapscoreError(f"--n must be >= 2; got {n}")
     if out.exists() and not out.is_dir():
         raise CapscoreError(f"--out {out}: is an existing file; --out names the demo's output folder")
-    backbone = load_backbone(model)  # before touching --out: a bad --model leaves nothing behind
+    backbone = load_backbone(model, device=device, dtype=dtype)  # before touching --out: a bad --model leaves nothing behind
     output_dir(out)
     (out / "images").mkdir(exist_ok=True)
     scenes = generate_scenes(n, seed=seed, split="all")
@@ -114,6 +116,8 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
 
 
 def format_summary(res: DemoResult, out: Path) -> str:
+    from capscore.report.tables import format_table
+
     m = res.mean_clip_s
     lines = [
         f"capscore demo — {res.n_scenes} synthetic scenes (seed {res.seed}), model {res.model}, {res.metric}",
@@ -121,10 +125,9 @@ def format_summary(res: DemoResult, out: Path) -> str:
         f"   (oracle F1 {res.oracle_f1['short']:.2f}: true but incomplete)",
         "",
         "  probe: does the correct caption outscore its twin with one controlled error?",
-        f"  {'error kind':16s}{'pairs':>6s}{'correct wins':>14s}{'mean CLIP-S gap':>17s}",
+        format_table([{"error kind": kind, "pairs": p["n"], "correct wins": f"{p['correct_wins']:.1%}",
+                       "mean CLIP-S gap": p["mean_gap"]} for kind, p in res.probe.items()], digits=3),
     ]
-    for kind, p in res.probe.items():
-        lines.append(f"  {kind:16s}{p['n']:6d}{p['correct_wins']:14.1%}{p['mean_gap']:17.3f}")
     lines += ["", f"  wrote {out}/summary.json, {out}/scores.jsonl (one row per caption, with its oracle F1) "
               f"and {out}/images/"]
     return "\n".join(lines)
@@ -132,6 +135,6 @@ def format_summary(res: DemoResult, out: Path) -> str:
 
 def run(args) -> int:
     out = Path(args.out)
-    res = run_demo(out, n=args.n, seed=args.seed, model=args.model)
+    res = run_demo(out, n=args.n, seed=args.seed, model=args.model, device=args.device, dtype=args.dtype)
     print(format_summary(res, out))
     return 0

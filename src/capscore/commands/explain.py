@@ -6,8 +6,9 @@ refinement. The K best patches (ABE's top-K) are outlined.
 """
 from __future__ import annotations
 
-from capscore.commands._args import positive_int
 from pathlib import Path
+
+from capscore.commands._args import add_device, add_model, positive_int
 
 COLOR_RANGE = (-1.0, 1.0)  # fixed, so two maps (words, images, models) share one colour scale
 OVERLAY_ALPHA = 0.4  # the image stays readable under the heat map
@@ -15,7 +16,7 @@ PNG_KEY = "capscore-explain"  # PNG text chunk: JSON describing the map (read by
 
 
 def configure(p) -> None:
-    p.add_argument("--model", required=True, help="backbone (--model grammar: see `capscore models`)")
+    add_model(p, single=True)
     p.add_argument("--image", required=True, help="image file")
     p.add_argument("--caption", required=True, help="caption text")
     p.add_argument("--word", required=True, help="a word of the caption")
@@ -23,7 +24,7 @@ def configure(p) -> None:
     p.add_argument("--refined", action="store_true", help="use the refined token t' (ABE semantic refinement)")
     p.add_argument("--k", type=positive_int, default=5, help="number of best patches to outline (ABE's K; default 5)")
     p.add_argument("--pool", default=None, help="concept pool file for --refined (default: bundled pool)")
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--seed", type=int, default=0, help="seed for random-init architectures")
     p.add_argument("--color-range", type=float, nargs=2, default=COLOR_RANGE, metavar=("LOW", "HIGH"),
                    help="cosine values mapped to the ends of the colour scale, the same for every map so maps "
@@ -44,7 +45,7 @@ def run(args) -> int:
     if not low < high:
         raise CapscoreError(f"--color-range LOW HIGH needs LOW < HIGH; got {low} {high}")
     config = AbeConfig(k=args.k, pool=args.pool)
-    encoder = Encoder(load_backbone(args.model, device=args.device, seed=args.seed))
+    encoder = Encoder(load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed))
     ref = ImageRef.of(args.image)
     heat = word_heatmap(encoder, ref, args.caption, args.word, config=config, refined=args.refined)
     _, image = ref.load()

@@ -1,13 +1,13 @@
 """``capscore probe``: run one probe suite on one or more models; per-item rows + a summary table."""
 from __future__ import annotations
 
-from capscore.commands._args import output_dir, non_negative_int, positive_int, probability
 import json
 import re
 import sys
 from pathlib import Path
 
 from capscore.commands import _shards
+from capscore.commands._args import add_device, add_model, non_negative_int, output_dir, positive_int, probability
 from capscore.errors import CapscoreError, unknown_name
 
 FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
@@ -25,8 +25,7 @@ def _scene_suites() -> dict:
 
 
 def configure(p) -> None:
-    p.add_argument("--model", action="append", required=True, metavar="SPEC",
-                   help="backbone (repeat for several), e.g. ViT-B-32/openai, scenes-tiny")
+    add_model(p)
     p.add_argument("--suite", required=True, metavar="NAME",
                    help="one of: " + ", ".join(FILE_SUITES + CAPTION_SUITES + DATA_SUITES) + ", and the scenes-* suites")
     p.add_argument("--data", metavar="PATH", help="suite file (or folder of subset files, for SugarCrepe); retrieval: "
@@ -63,7 +62,7 @@ def configure(p) -> None:
     p.add_argument("--classnames", metavar="FILE|imagenet",
                    help="zeroshot: class names (.txt one per line in sorted-label order, .json {label: name}, "
                         "or imagenet); default: the labels")
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
     _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
@@ -141,6 +140,7 @@ def _load_inputs(args):
 
 
 def run(args) -> int:
+    from capscore._log import is_quiet, progress
     from capscore.backbones import load_backbone
     from capscore.engines.ray import make_encoder
     from capscore.probes import run as R
@@ -164,42 +164,50 @@ def run(args) -> int:
         raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --scorer abe only")
     scorer = get_pair_scorer(args.scorer, **abe)
     results = []
-    for spec in args.model:
-        backbone = load_backbone(spec, device=args.device, seed=args.seed)
-        encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size,
-                               cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
-        common = dict(scorer=scorer, scorer_name=args.scorer, source=str(args.data or ""))
-        if kind == "scenes":
-            res = inputs(encoder, args=args, **common)
-        elif kind == "retrieval":
-            from capscore.probes.retrieval import run_retrieval
-
-            res = run_retrieval(encoder, inputs, source=str(args.data), seed=args.seed)
-        elif kind == "zeroshot":
-            from capscore.probes.zeroshot import run_zeroshot
-
-            res = run_zeroshot(encoder, inputs, templates=args.templates or "openai", source=str(args.data),
-                               seed=args.seed)
-        elif args.suite == "perturb":
-            kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
-            res = R.run_perturb(encoder, inputs, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask,
-                                removal=args.removal, ensure_change=args.ensure_change, **common)
-        elif args.suite == "lgip":
-            res = R.run_lgip(encoder, inputs, seed=args.seed, average=args.lgip_average, **common)
-        elif args.suite == "specificity":
-            res = R.run_specificity(encoder, inputs, seed=args.seed, variant=args.sr_variant, grammar=args.grammar,
-                                    **common)
-        else:
-            res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
-                              text_only=args.suite == "sugarcrepe++", **common)
-        out = output_dir(args.out)  # after the first model loaded: a bad --model or --device leaves no folder
-        _write_rows(out / f"{_safe(args.suite)}__{_safe(spec)}.{args.format}", res)
-        results.append(res)
+    with progress(len(args.model), desc=f"probe {args.suite}", unit="model", leave=False) as bar:
+        for spec in args.model:
+            res = _probe_one(args, spec, kind, inputs, scorer, R, load_backbone, make_encoder, is_quiet())
+            out = output_dir(args.out)  # after the first model loaded: a bad --model or --device leaves no folder
+            _write_rows(out / f"{_safe(args.suite)}__{_safe(spec)}.{args.format}", res)
+            results.append(res)
+            bar.update(1)
     summary = [{"suite": r.suite, "model": r.model, "identity": r.identity, "scorer": r.scorer, "seed": r.seed,
                 "params": r.params, "source": r.source, "summary": list(r.summary)} for r in results]
     (out / f"{_safe(args.suite)}.summary.json").write_text(json.dumps(summary, indent=2, default=str))
     _print(results)
     return 0
+
+
+def _probe_one(args, spec, kind, inputs, scorer, R, load_backbone, make_encoder, quiet):
+    """One model: encode (with progress bars over the encoding work; on Ray with --engine ray) and run the suite."""
+    backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
+    encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size, progress=not quiet,
+                           cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
+    common = dict(scorer=scorer, scorer_name=args.scorer, source=str(args.data or ""))
+    if kind == "scenes":
+        res = inputs(encoder, args=args, **common)
+    elif kind == "retrieval":
+        from capscore.probes.retrieval import run_retrieval
+
+        res = run_retrieval(encoder, inputs, source=str(args.data), seed=args.seed)
+    elif kind == "zeroshot":
+        from capscore.probes.zeroshot import run_zeroshot
+
+        res = run_zeroshot(encoder, inputs, templates=args.templates or "openai", source=str(args.data),
+                           seed=args.seed)
+    elif args.suite == "perturb":
+        kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+        res = R.run_perturb(encoder, inputs, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask,
+                            removal=args.removal, ensure_change=args.ensure_change, **common)
+    elif args.suite == "lgip":
+        res = R.run_lgip(encoder, inputs, seed=args.seed, average=args.lgip_average, **common)
+    elif args.suite == "specificity":
+        res = R.run_specificity(encoder, inputs, seed=args.seed, variant=args.sr_variant, grammar=args.grammar,
+                                **common)
+    else:
+        res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
+                          text_only=args.suite == "sugarcrepe++", **common)
+    return res
 
 
 def _write_rows(path: Path, res) -> None:
@@ -217,10 +225,11 @@ def _write_rows(path: Path, res) -> None:
 
 
 def _print(results) -> None:
-    for r in results:
-        print(f"== {r.suite} | {r.model} | scorer={r.scorer} | seed={r.seed}")
-        for s in r.summary:
-            cells = [f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in s.items()
-                     if not isinstance(v, dict)]
-            print("  " + "  ".join(cells))
+    from capscore.report.tables import format_table
+
+    rows = [{"model": r.model, **{k: v for k, v in s.items() if not isinstance(v, (dict, list))}}
+            for r in results for s in r.summary]
+    r0 = results[0]
+    print(f"== {r0.suite} | scorer={r0.scorer} | seed={r0.seed}")
+    print(format_table(rows))
     sys.stdout.flush()

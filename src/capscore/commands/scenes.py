@@ -2,10 +2,10 @@
 scenes-tiny is trained by the ``scenes-tiny`` recipe of ``capscore train``."""
 from __future__ import annotations
 
-from capscore.commands._args import output_dir, output_file, positive_int
 import json
 from pathlib import Path
 
+from capscore.commands._args import add_common, add_device, add_model, output_dir, output_file, positive_int
 from capscore.errors import CapscoreError
 
 
@@ -26,11 +26,14 @@ def configure(p) -> None:
                    help="--videos: lossless RGB H.264 (default; decoded frames equal the rendered ones) or lossy H.264")
 
     e = sub.add_parser("eval", help="evaluate a model on held-out scenes (flips, retrieval; seen vs unseen)")
-    e.add_argument("--model", default="scenes-tiny", help="backbone spec (default scenes-tiny)")
+    add_model(e, single=True)
+    add_device(e)
     e.add_argument("--n", type=positive_int, default=300, help="scenes per set (default 300)")
     e.add_argument("--seed", type=int, default=None, help="evaluation seed (default 12345)")
     e.add_argument("--prefix", default="", help="text prepended to every caption (default none)")
     e.add_argument("--out", metavar="FILE", help="also write the results as JSON")
+    for action in (g, e):
+        add_common(action)  # -q / --debug after the action too
 
 
 def _generate(args) -> int:
@@ -68,12 +71,15 @@ def _generate(args) -> int:
 
 
 def _eval(args) -> int:
+    from capscore._log import is_quiet
     from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, format_report
 
     if args.out:
         output_file(args.out)  # a folder or an unwritable place fails now, not after the evaluation
-    res = evaluate_scenes(load_backbone(args.model), n=args.n, seed=EVAL_SEED if args.seed is None else args.seed,
+    encoder = Encoder(load_backbone(args.model, device=args.device, dtype=args.dtype), progress=not is_quiet())
+    res = evaluate_scenes(encoder, n=args.n, seed=EVAL_SEED if args.seed is None else args.seed,
                           prefix=args.prefix)
     print(format_report(res))
     if args.out:

@@ -8,17 +8,14 @@ keeps a running :class:`~capscore.scores.scorer.Summary`. See docs/score.md.
 """
 from __future__ import annotations
 
-from capscore.commands._args import positive_int
 import itertools
 import json
-import math
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from capscore.commands import _shards
-from capscore.commands._args import refuse_input_as_output
+from capscore.commands._args import add_device, add_metric, add_model, positive_int, refuse_input_as_output
 from capscore._log import warn
 from capscore.errors import CapscoreError, InputError
 
@@ -28,9 +25,7 @@ DEFAULT_MODEL = "scenes-tiny"
 
 
 def configure(p) -> None:
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="backbone, e.g. ViT-B-32/openai, ckpt:PATH.pth, hf:DIR (see `capscore models`); "
-                        f"default {DEFAULT_MODEL}")
+    add_model(p, default=DEFAULT_MODEL)
     p.add_argument("--images", metavar="DIR|MANIFEST",
                    help="folder of images (id = file stem) or a CSV/JSONL manifest with 'id' and 'path'")
     p.add_argument("--videos", metavar="DIR|MANIFEST",
@@ -41,21 +36,22 @@ def configure(p) -> None:
     p.add_argument("--idf", action="store_true",
                    help="--videos, EMScore-family metrics: idf token weights from the references (else the captions)")
     p.add_argument("--captions", nargs="+", metavar="FILE",
-                   help="captions: JSON {image_id: caption}, or JSONL/CSV with image, caption[, refs, id, system]; "
-                        "several files = several systems (named by file stem)")
-    p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]} (or JSONL/CSV image, refs)")
-    p.add_argument("--metric", default="clip-s", choices=tuple(dict.fromkeys(METRIC_CHOICES + VIDEO_METRIC_CHOICES)),
-                   help="default clip-s; with --videos: " + ", ".join(VIDEO_METRIC_CHOICES))
+                   help="captions: JSON {image_id: caption | [captions]}, COCO results [{image_id, caption}], or "
+                        "JSONL/CSV with image, caption[, refs, id, system]; several files = several systems "
+                        "(named by file stem)")
+    p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]}, COCO captions_*.json, "
+                                                  "or JSONL/CSV image, refs")
+    add_metric(p, tuple(dict.fromkeys(METRIC_CHOICES + VIDEO_METRIC_CHOICES)))
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family, '' for mcs and abe)")
-    p.add_argument("--out", required=True, metavar="FILE", help="results: .jsonl, .csv or .parquet")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="results: .jsonl, .csv, .parquet, or .json (COCO results: [{image_id, caption, score, ...}])")
     p.add_argument("--skip-bad", action="store_true",
                    help="write an error row for a bad item and go on (default: stop with an error)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run writing to --out")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    p.add_argument("--dtype", default="fp32", choices=("fp32", "fp16", "bf16"), help="default fp32")
+    add_device(p)
     p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
     p.add_argument("--chunk-size", type=positive_int, default=2048, metavar="N",
                    help="captions scored and written per chunk (default 2048)")
@@ -84,17 +80,23 @@ def summary_path(out: Path) -> Path:
 def run(args) -> int:
     from capscore.backbones import load_backbone
     from capscore.data.captions import index_images, load_refs, read_captions
-    from capscore.report.writers import open_writer, output_format, read_rows
+    from capscore.report.writers import COLUMNS, open_writer, output_format
+    from capscore.scores.scorer import COMPONENTS
 
     if getattr(args, "videos", None):
         from capscore.commands.score_videos import run_videos
 
+        for flag in ("model", "metric"):  # video scoring takes one of each
+            if len(getattr(args, flag)) > 1:
+                raise CapscoreError(f"--videos scores with one --{flag}; got {' '.join(getattr(args, flag))}")
+            setattr(args, flag, getattr(args, flag)[0])
         return run_videos(args)
     if not (args.images or args.webdataset or args.parquet or args.hf_dataset):
         raise CapscoreError("give --images DIR|MANIFEST (or --videos DIR|MANIFEST, or --webdataset, --parquet, "
                             "--hf-dataset)")
-    if args.metric not in METRIC_CHOICES:
-        raise CapscoreError(f"--metric {args.metric} scores videos; use it with --videos")
+    video_only = [m for m in args.metric if m not in METRIC_CHOICES]
+    if video_only:
+        raise CapscoreError(f"--metric {video_only[0]} scores videos; use it with --videos")
     if getattr(args, "frames", None) or getattr(args, "idf", False):
         raise CapscoreError("--frames and --idf apply to --videos only")
     for name in ("batch_size", "chunk_size"):
@@ -106,22 +108,27 @@ def run(args) -> int:
     if args.engine != "ray":  # --engine ray writes a folder of per-shard files
         output_format(out)
     refuse_input_as_output(out, {"--captions": args.captions, "--refs": args.refs, "--images": args.images})
-    metric, default_prefix = _metric(args.metric)
+    metrics = {m: _metric(m, args.prefix) for m in args.metric}  # name -> (MetricSpec | None, prefix)
     from capscore.commands.probe import abe_options
 
     args.abe = abe_options(args)
-    if args.abe and args.metric != "abe":
+    if args.abe and "abe" not in metrics:
         raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
-    prefix = default_prefix if args.prefix is None else args.prefix
 
     # inputs: whole-file problems surface here, before any model is loaded
     source = _shards.source_from_args(args)
     if source is not None and args.engine == "ray":
         from capscore.engines.ray import run_score
 
-        return run_score(args, source, metric=metric, prefix=prefix)
+        for flag in ("model", "metric"):  # the Ray pipeline scores with one of each
+            if len(getattr(args, flag)) > 1:
+                raise CapscoreError(f"--engine ray scores with one --{flag}; got {' '.join(getattr(args, flag))}")
+            setattr(args, flag, getattr(args, flag)[0])
+        spec, prefix = metrics[args.metric]
+        return run_score(args, source, metric=spec, prefix=prefix)
     if source is not None:
-        items: Iterator = source.items()
+        def items() -> Iterator:  # a fresh pass over the inputs, once per (model, metric)
+            return source.items()
     else:
         if not (args.images and args.captions):
             raise CapscoreError("give --images and --captions, or one of --webdataset, --parquet, --hf-dataset")
@@ -132,18 +139,24 @@ def run(args) -> int:
         if dup is not None:
             raise CapscoreError(f"two --captions files are named {dup!r}; the file stem names the system, "
                                 "so rename one")
-        streams = [read_captions(c, images=images, refs=refs) for c in args.captions]
-        items = itertools.chain.from_iterable(streams)
 
-    backbone = load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed,
-                             context_length=args.context_length,
-                             trust_remote_code=args.trust_remote_code,
-                             rgb_order=getattr(args, "rgb_order", "first"))  # before touching --out
-    warn_metric_fit(args.metric, backbone)
-    writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite,
-                                run={"model": args.model, "metric": args.metric})
+        def items() -> Iterator:  # a fresh pass over the inputs, once per (model, metric)
+            # a list, not a generator: read_captions checks the whole file when called
+            return itertools.chain.from_iterable([read_captions(c, images=images, refs=refs) for c in args.captions])
+
+        items()  # whole-file checks now, not after the models load
+    backbones = {m: load_backbone(m, device=args.device, dtype=args.dtype, seed=args.seed,
+                                  context_length=args.context_length, trust_remote_code=args.trust_remote_code,
+                                  rgb_order=getattr(args, "rgb_order", "first"))
+                 for m in args.model}  # before touching --out
+    for b in backbones.values():
+        for name in metrics:
+            warn_metric_fit(name, b)
+    # every row names its model and metric (COLUMNS), so --resume can refuse a mix even without the summary
+    columns = COLUMNS + (COMPONENTS if any(spec is not None and spec.needs_refs for spec, _ in metrics.values()) else ())
+    writer, prior = open_writer(out, resume=args.resume, overwrite=args.overwrite, columns=columns)
     try:
-        return _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows, source)
+        return _run(args, backbones, metrics, out, items, writer, prior, columns, source)
     finally:
         if writer is not None:
             writer.close(complete=False)  # no-op after a successful close
@@ -176,32 +189,35 @@ def warn_metric_fit(metric: str, backbone) -> None:
              "checkpoint ('pac' not in its name), so the scale is not PAC-S's")
 
 
-def _metric(name: str):
-    """(MetricSpec, default prefix); None for ABE-CLIP, which is a pair scorer, not a CLIPScore formula."""
-    if name == "abe":
-        return None, ""
-    from capscore.scores.clipscore import get_metric
+def _metric(name: str, prefix: str | None):
+    """(MetricSpec, prefix); None for ABE-CLIP, which is a pair scorer, not a CLIPScore formula."""
+    from capscore.scores.clipscore import get_metric, resolve_prefix
 
-    spec = get_metric(name)
-    return spec, spec.default_prefix
+    return (None if name == "abe" else get_metric(name)), resolve_prefix(name, prefix)
 
 
-def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows, source=None) -> int:
+def _one(values: list):
+    return values[0] if len(values) == 1 else values
+
+
+def _run(args, backbones, metrics, out, items, writer, prior, columns, source=None) -> int:
+    from capscore._log import progress
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.report.writers import read_rows
     from capscore.scores.scorer import Summary
 
-    quiet = getattr(args, "quiet", False)
+    combos = [(m, name) for m in backbones for name in metrics]
     config = {
-        "model": args.model, "backbone": backbone.identity, "metric": args.metric, "prefix": prefix,
-        "dtype": args.dtype,
+        "model": _one(list(backbones)), "backbone": _one([b.identity for b in backbones.values()]),
+        "metric": _one(list(metrics)), "prefix": _one([p for _, p in metrics.values()]), "dtype": args.dtype,
     }
     if source is None:
         config.update(images=_abs(args.images), captions=[_abs(c) for c in args.captions],
                       refs=_abs(args.refs) if args.refs else None)
     else:
         config.update(source.describe())
-    if metric is None:  # ABE-CLIP: its configuration decides the numbers
+    if "abe" in metrics:  # ABE-CLIP: its configuration decides the numbers
         from capscore.scores.abe import make_config
 
         cfg = make_config(**getattr(args, "abe", {}))
@@ -212,46 +228,84 @@ def _run(args, backbone, out, items, writer, prior, metric, prefix, read_rows, s
         _check_same_run(spath, config)
     _write_json(spath, {"status": "running", **config})
     cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
-    encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache, progress=False)
-    score_chunk = (_abe_chunk_scorer(prefix, **getattr(args, "abe", {})) if metric is None
-                   else _clip_chunk_scorer(metric, prefix))
-
-    summary = Summary(metric=args.metric)
+    encoders = {m: Encoder(b, batch_size=args.batch_size, cache=cache, progress=False) for m, b in backbones.items()}
     t0 = time.perf_counter()
-    bar = None if quiet else _progress(args.captions or [])
-    resumed = 0
-    if prior is not None:
-        items, resumed = _skip_done(items, read_rows(prior), summary, prior,
-                                    {"model": args.model, "metric": args.metric})
-        if bar is not None:
-            bar.update(resumed)
-    scored = 0
-    for chunk in _chunks(items, args.chunk_size):
-        if writer is None:
-            raise CapscoreError(f"{out} is a finished Parquet file with fewer rows than the inputs have captions; "
-                                "use --overwrite to score again")
-        rows, fatal = score_chunk(chunk, encoder, skip_bad=args.skip_bad)
-        writer.write(rows)  # the rows before a fatal error are kept, so --resume can continue after a fix
-        for row in rows:
-            summary.add(row)
-        scored += len(rows)
-        if bar is not None:
-            bar.update(len(rows))
-        if fatal is not None:
-            raise fatal
-    if bar is not None:
-        bar.close()
+    prior_rows = _Peek(read_rows(prior, columns)) if prior is not None else None
+    runs, resumed, scored = [], 0, 0
+    per_input = _count_items(args.captions) if source is None else None
+    with progress(None if per_input is None else per_input * len(combos), desc="scoring", unit="caption") as bar:
+        for model, name in combos:
+            spec, prefix = metrics[name]
+            tag = {"model": model, "metric": name}
+            score_chunk = (_abe_chunk_scorer(prefix, **getattr(args, "abe", {})) if spec is None
+                           else _clip_chunk_scorer(spec, prefix))
+            summary = Summary(metric=name)
+            todo = items()
+            if prior_rows is not None:
+                _check_prior_tag(prior_rows.peek(), tag, prior, resumed + 1)  # before anything is appended
+                mine = prior_rows.take_while(lambda r: all(r.get(k) == v for k, v in tag.items()))
+                todo, n = _skip_done(todo, mine, summary, prior)
+                resumed += n
+                bar.update(n)
+            for chunk in _chunks(todo, args.chunk_size):
+                if writer is None:
+                    raise CapscoreError(f"{out} is a finished {writer_kind(out)} file with fewer rows than the inputs "
+                                        "have captions; use --overwrite to score again")
+                rows, fatal = [], None
+                for part in _chunks(iter(chunk), args.batch_size):  # progress per batch; writes per chunk
+                    got, fatal = score_chunk(part, encoders[model], skip_bad=args.skip_bad)
+                    rows += [r | tag for r in got]
+                    bar.update(len(got))
+                    if fatal is not None:
+                        break
+                writer.write(rows)  # the rows before a fatal error are kept, so --resume can continue after a fix
+                for row in rows:
+                    summary.add(row)
+                scored += len(rows)
+                if fatal is not None:
+                    raise fatal
+            runs.append({"model": model, "backbone": backbones[model].identity, **_summary_dict(summary)})
+    if prior_rows is not None and prior_rows.peek() is not None:
+        _check_prior_tag(prior_rows.peek(), None, prior, resumed + 1)
+        raise CapscoreError(f"--resume: {prior} has more rows than the inputs have captions; "
+                            "the inputs changed — use --overwrite to start again")
     if scored == 0 and resumed == 0:
-        raise CapscoreError(f"no captions in {', '.join(args.captions)}; nothing to score")
+        where = ", ".join(args.captions) if source is None else source.spec
+        raise CapscoreError(f"no captions in {where}; nothing to score")
     if writer is not None:
         writer.close(complete=True)
     elapsed = time.perf_counter() - t0
-    result = {"status": "complete", **config, **_summary_dict(summary), "resumed_rows": resumed,
-              "scored_now": scored, "seconds": round(elapsed, 3),
-              "truncated_captions": encoder.stats.truncated}
+    totals = {"resumed_rows": resumed, "scored_now": scored, "seconds": round(elapsed, 3),
+              "truncated_captions": sum(e.stats.truncated for e in encoders.values())}
+    if len(runs) == 1:
+        result = {"status": "complete", **config, **{k: v for k, v in runs[0].items() if k not in config}, **totals}
+    else:
+        result = {"status": "complete", **config, "runs": runs, **totals}
     _write_json(spath, result)
-    _print_summary(result, out, spath)
+    _print_summary(runs, out, spath)
     return 0
+
+
+def writer_kind(out: Path) -> str:
+    return "COCO results" if out.suffix.lower() == ".json" else "Parquet"
+
+
+class _Peek:
+    """An iterator with one-item lookahead, to hand each (model, metric) its share of the earlier rows."""
+
+    _END = object()
+
+    def __init__(self, it):
+        self._it = iter(it)
+        self._next = next(self._it, self._END)
+
+    def peek(self):
+        return None if self._next is self._END else self._next
+
+    def take_while(self, pred):
+        while self._next is not self._END and pred(self._next):
+            item, self._next = self._next, next(self._it, self._END)
+            yield item
 
 
 # ------------------------------------------------------------------------------------ resume
@@ -270,6 +324,17 @@ def _check_same_run(spath: Path, config: dict) -> None:
         if key in before and before[key] != now:
             raise CapscoreError(f"--resume: {key} was {before[key]!r} in the interrupted run and is {now!r} now; "
                                 "use the same settings, or --overwrite to start again")
+
+
+def _check_prior_tag(row: dict | None, tag: dict | None, prior: Path, n: int) -> None:
+    """The next earlier row (row ``n`` of ``prior``) must belong to the (model, metric) about to run:
+    never mix models or metrics, even when the summary file was lost."""
+    if row is None or (tag is not None and all(row.get(k) == v for k, v in tag.items())):
+        return
+    got = f"model {row.get('model')!r}, metric {row.get('metric')!r}"
+    want = "" if tag is None else f", and this run asks for model {tag['model']!r}, metric {tag['metric']!r}"
+    raise CapscoreError(f"--resume: row {n} of {prior} was scored with {got}{want}; use the same --model and "
+                        "--metric, or --overwrite to start again")
 
 
 def _skip_done(items: Iterator, rows: Iterable[dict], summary, prior: Path,
@@ -343,60 +408,47 @@ def _clip_chunk_scorer(spec, prefix: str):
 
 def _abe_chunk_scorer(prefix: str, **abe_options):
     from capscore.data.records import Record
-    from capscore.scores.pairs import get_pair_scorer
-
-    scorer = get_pair_scorer("abe", **abe_options)  # imports capscore.scores.abe lazily
+    from capscore.scores.scorer import score_pair_records
 
     def score(chunk: list, encoder, *, skip_bad: bool):
         chunk, fatal = _split_at_fatal(chunk, skip_bad)
         records = [x for x in chunk if isinstance(x, Record)]
-        errors: dict[int, str] = {}
-        for i, rec in enumerate(records):
-            where = rec.source or f"item {rec.id}"
-            if not isinstance(rec.caption, str):
-                errors[i] = str(InputError(where, "caption is not a string", got=rec.caption))
-            elif not rec.caption.strip():
-                errors[i] = str(InputError(where, "empty caption"))
-        if errors and not skip_bad:
-            return [], CapscoreError(errors[min(errors)])
-        good = [i for i in range(len(records)) if i not in errors]
-        img_err: dict[int, str] | None = {} if skip_bad else None
-        try:  # checks (and caches) every image, so one bad file becomes one error row
-            encoder.encode_images([records[i].image for i in good], errors=img_err)
+        try:
+            scored = score_pair_records(records, encoder, "abe", prefix=prefix, skip_bad=skip_bad, **abe_options)
         except InputError as e:
-            return [], e
-        for j, msg in (img_err or {}).items():
-            errors[good[j]] = msg
-        good = [i for i in good if i not in errors]
-        values = scorer(encoder, [records[i].image for i in good], [prefix + records[i].caption for i in good])
-        by_index = dict(zip(good, values.tolist() if hasattr(values, "tolist") else list(values)))
-        scored = []
-        for i, rec in enumerate(records):
-            s = by_index.get(i)
-            ok = s is not None and math.isfinite(s)
-            scored.append({"id": rec.id, "image": str(rec.image.path) if rec.image.path else rec.image.where(),
-                           "caption": rec.caption if isinstance(rec.caption, str) else repr(rec.caption),
-                           "system": rec.system, "score": float(s) if ok else None,
-                           "error": None if ok else errors.get(i, "could not be scored")})
+            return [], e  # the chunk is redone on --resume
         return _merge(chunk, scored), fatal
 
     return score
 
 
 # ------------------------------------------------------------------------------------ output
-def _progress(captions):
-    from tqdm.auto import tqdm
+def _count_items(captions) -> int | None:
+    """How many captions the inputs hold, for the progress bar's total and ETA (None when unknown).
 
-    total = 0 if captions else None
+    JSON files are parsed (they are loaded whole anyway); JSONL/CSV lines are
+    counted (approximate: blank lines, quoted newlines).
+    """
+    if not captions:
+        return None
+    total = 0
     for c in captions:
         p = Path(c)
-        if p.suffix.lower() not in (".jsonl", ".csv"):
-            total = None
-            break
-        with open(p, "rb") as f:
-            lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
-        total += lines - (p.suffix.lower() == ".csv")  # approximate: blank lines, quoted newlines
-    return tqdm(total=total, desc="scoring", unit="caption", file=sys.stderr, dynamic_ncols=True)
+        suffix = p.suffix.lower()
+        try:
+            if suffix == ".json":
+                data = json.loads(p.read_text(encoding="utf-8-sig"))
+                total += len(data) if isinstance(data, list) else sum(
+                    len(v) if isinstance(v, list) else 1 for v in data.values())
+                continue
+            if suffix not in (".jsonl", ".csv"):
+                return None
+            with open(p, "rb") as f:
+                lines = sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+        except (OSError, ValueError, AttributeError, RecursionError):
+            return None  # the reader reports what is wrong with the file
+        total += lines - (suffix == ".csv")
+    return total
 
 
 def _summary_dict(summary) -> dict:
@@ -412,13 +464,20 @@ def _write_json(path: Path, obj: dict) -> None:
     tmp.replace(path)
 
 
-def _print_summary(result: dict, out: Path, spath: Path) -> None:
-    mean = "n/a" if result["mean"] is None else f"{result['mean']:.4f}"
-    print(f"{result['metric']} with {result['model']}: {result['count']} scored, {result['skipped']} skipped, "
-          f"mean {mean}")
-    if len(result["systems"]) > 1 or any(result["systems"]):
-        width = max(len(s) for s in result["systems"]) if result["systems"] else 6
-        print(f"  {'system':{width}s}  {'mean':>8s}  {'count':>7s}")
-        for name, m in result["systems"].items():
-            print(f"  {name:{width}s}  {m:8.4f}  {result['system_counts'][name]:7d}")
+def _print_summary(runs: list[dict], out: Path, spath: Path) -> None:
+    from capscore.report.tables import format_table
+
+    several = len(runs) > 1
+    table = []
+    for r in runs:
+        mean = "n/a" if r["mean"] is None else f"{r['mean']:.4f}"
+        print(f"{r['metric']} with {r['model']}: {r['count']} scored, {r['skipped']} skipped, mean {mean}")
+        head = {"model": r["model"], "metric": r["metric"]} if several else {}
+        if len(r["systems"]) > 1 or any(r["systems"]):
+            table += [{**head, "system": name, "mean": m, "count": r["system_counts"][name]}
+                      for name, m in r["systems"].items()]
+        elif several:
+            table.append({**head, "system": "", "mean": r["mean"], "count": r["count"]})
+    if table:
+        print(format_table(table))
     print(f"rows: {out}  summary: {spath}")

@@ -66,7 +66,7 @@ def run_videos(args) -> int:
 
 def _run(args, backbone, out, items, writer, prior, metric, sampling, prefix) -> int:
     from capscore.commands.score import (
-        _abs, _check_same_run, _chunks, _print_summary, _progress, _skip_done, _summary_dict, _write_json,
+        _abs, _check_same_run, _chunks, _count_items, _print_summary, _skip_done, _summary_dict, _write_json,
         summary_path,
     )
     from capscore.data.captions import BadItem
@@ -98,7 +98,9 @@ def _run(args, backbone, out, items, writer, prior, metric, sampling, prefix) ->
 
     summary = Summary(metric=metric.name)
     t0 = time.perf_counter()
-    bar = None if quiet else _progress(args.captions)
+    from capscore._log import open_bar
+
+    bar = None if quiet else open_bar(_count_items(args.captions), desc="scoring", unit="caption")
     resumed = 0
     if prior is not None:
         items, resumed = _skip_done(items, read_rows(prior, VIDEO_COLUMNS), summary, prior)
@@ -139,7 +141,7 @@ def _run(args, backbone, out, items, writer, prior, metric, sampling, prefix) ->
               "frames_encoded": st.frames_encoded, "decode_seconds": round(st.decode_seconds, 3),
               "encode_seconds": round(st.encode_seconds, 3), "truncated_captions": st.truncated}
     _write_json(summary_path(out), result)
-    _print_summary(result, out, summary_path(out))
+    _print_summary([result], out, summary_path(out))
     if not quiet:
         print(f"videos: {st.videos_encoded} decoded and encoded ({st.frames_encoded} frames, {sampling}), "
               f"{st.videos_cached} from the cache")

@@ -1,15 +1,17 @@
 """``capscore train RECIPE``: fine-tune a metric backbone (see docs/train.md)."""
 from __future__ import annotations
 
-from capscore.commands._args import non_negative_float, non_negative_int, positive_float, positive_int
+from capscore.commands._args import (add_device, add_model, non_negative_float, non_negative_int, positive_float,
+                                     positive_int)
+
 
 def configure(p) -> None:
     from capscore.train.recipes import RECIPES
 
     p.add_argument("recipe", choices=sorted(RECIPES), help="objective to train with")
-    p.add_argument("--model", default=None,
-                   help="backbone to start from (any --model spec; default scenes-tiny, for the scenes-tiny "
-                        "recipe openclip:scenes-tiny = random init from --seed)")
+    add_model(p, single=True, default=None,
+              help="backbone to start from (any --model spec; default scenes-tiny, for the scenes-tiny "
+                   "recipe openclip:scenes-tiny = random init from --seed)")
     p.add_argument("--data", default=None,
                    help="'scenes:N' (synthetic scenes, built in; default scenes:512) or a JSONL file (fields in "
                         "docs/train.md); the scenes-tiny recipe streams fresh scenes and takes no --data")
@@ -29,7 +31,7 @@ def configure(p) -> None:
     p.add_argument("--eps", type=positive_float, default=None, help="AdamW epsilon (default: the recipe's, else 1e-6)")
     p.add_argument("--grad-clip", type=positive_float, default=None, help="clip the gradient norm (default none; scenes-tiny 1.0)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu")
+    add_device(p)
     p.add_argument("--eval-every", type=non_negative_int, default=0, help="evaluate every N steps (always before and after)")
     p.add_argument("--eval-scenes", type=non_negative_int, default=48, help="held-out scenes for evaluation (0: none)")
     p.add_argument("--languages", default="de,fr,es,ja", help="prmcs: student languages (scenes data)")
@@ -132,7 +134,7 @@ def run(args) -> int:
     opt = optimiser_settings(recipe, args)
     cfg = TrainConfig(seed=args.seed, device=args.device, eval_every=args.eval_every, ckpt_every=args.ckpt_every,
                       tensorboard=args.tensorboard, **schedule_settings(recipe, args), **opt)
-    bb = load_backbone(model_spec, device=args.device, seed=args.seed)
+    bb = load_backbone(model_spec, device=args.device, dtype=args.dtype, seed=args.seed)
     state = recipe.prepare(bb, params)
     if recipe.data is not None:
         examples = recipe.data(bb, params, seed=args.seed)

@@ -11,7 +11,14 @@ Shapes accepted (the first two are those of the clipscore and pacscore scripts):
   ``id`` and ``system``. ``image`` is a path relative to ``--images`` (or
   absolute), or, when ``--images`` is a manifest, an id listed in it;
 * an image manifest (CSV/JSONL with ``id`` and ``path``; relative paths are
-  relative to the manifest's folder) instead of a folder.
+  relative to the manifest's folder) instead of a folder;
+* COCO: results ``[{"image_id": 42, "caption": ...}, ...]`` as captions and
+  ``captions_*.json`` (``{"images": [...], "annotations": [...]}``) as
+  references. A numeric COCO ``image_id`` also matches an image whose file
+  stem ends in that number (``COCO_val2014_000000000042``);
+* several candidates per image: ``{image_id: [caption, ...]}``, or an
+  ``image_id`` repeated in COCO results; candidate k of image X gets the id
+  ``X#k`` (k from 0), and COCO results output drops the suffix again.
 
 JSONL and CSV are read lazily, row by row, so memory does not grow with the
 number of captions (except for one set of seen ids per file, for the duplicate
@@ -124,7 +131,9 @@ def load_refs(path: str | os.PathLike) -> dict[str, tuple[str, ...]]:
     out: dict[str, tuple[str, ...]] = {}
     _check_not_empty(path, "references")
     if path.suffix.lower() == ".json":
-        data = _load_json_dict(path, "{image_id: [reference, ...]}")
+        data = _load_json_dict(path, "{image_id: [reference, ...]} or a COCO captions_*.json")
+        if isinstance(data.get("annotations"), list):
+            return _coco_refs(path, data)
         for key, value in data.items():
             refs = _as_refs(value)
             if refs is None:
@@ -142,6 +151,24 @@ def load_refs(path: str | os.PathLike) -> dict[str, tuple[str, ...]]:
         if str(key) in out:
             raise InputError(where, f"duplicate references for {key!r}")
         out[str(key)] = refs
+    return out
+
+
+def _coco_refs(path: Path, data: dict) -> dict[str, tuple[str, ...]]:
+    """COCO ``captions_*.json``: references keyed by ``image_id`` and by the image's file stem."""
+    stems = {}
+    obj = lambda x: dict(x) if isinstance(x, _Pairs) else x  # noqa: E731  (nested objects load as _Pairs)
+    for im in map(obj, data.get("images") or []):
+        if isinstance(im, dict) and "id" in im and isinstance(im.get("file_name"), str):
+            stems[str(im["id"])] = Path(im["file_name"]).stem
+    refs: dict[str, list[str]] = {}
+    for n, ann in enumerate(map(obj, data["annotations"])):
+        if not isinstance(ann, dict) or "image_id" not in ann or not isinstance(ann.get("caption"), str):
+            raise InputError(f"{path}: annotations[{n}]", "a COCO annotation needs 'image_id' and 'caption'",
+                             got=ann)
+        refs.setdefault(str(ann["image_id"]), []).append(ann["caption"])
+    out = {k: tuple(v) for k, v in refs.items()}
+    out.update({stems[k]: v for k, v in out.items() if k in stems})
     return out
 
 
@@ -182,24 +209,79 @@ def read_captions(
     return _read_row_captions(path, images, refs, system)
 
 
+def _json_caption_pairs(path: Path) -> tuple[list[tuple[str, object, str]], bool]:
+    """(image key, caption, where) of a ``{image_id: caption | [captions]}`` or COCO results file,
+    and whether it is COCO results (where a repeated image_id is another candidate)."""
+    expected = '{image_id: caption}, {image_id: [captions]} or COCO results [{"image_id", "caption"}]'
+    data = _load_json_any(path, expected)
+    if isinstance(data, list) and not isinstance(data, _Pairs):  # _Pairs (an object) is a list too
+        out = []
+        for n, obj in enumerate(data):
+            if not isinstance(obj, _Pairs) or "image_id" not in dict(obj) or "caption" not in dict(obj):
+                raise InputError(f"{path}: [{n}]", "a COCO results entry needs 'image_id' and 'caption'",
+                                 got=dict(obj) if isinstance(obj, _Pairs) else obj)
+            d = dict(obj)
+            out.append((str(d["image_id"]), d["caption"], f"{path}: [{n}] image_id {d['image_id']!r}"))
+        return out, True
+    if not isinstance(data, _Pairs):
+        raise InputError(str(path), "wrong JSON shape", expected=expected, got=type(data).__name__)
+    out = []
+    for key, value in data:
+        if isinstance(value, list):  # several candidates of one image
+            out += [(str(key), c, f"{path}: id {key!r}[{j}]") for j, c in enumerate(value)]
+            if not value:
+                out.append((str(key), None, f"{path}: id {key!r}"))
+        else:
+            out.append((str(key), value, f"{path}: id {key!r}"))
+    return out, False
+
+
+def _coco_number(images: ImageIndex) -> dict[int, str]:
+    """numeric id -> image id, for stems ending in a number (COCO_val2014_000000000042 -> 42)."""
+    import re
+
+    out: dict[int, str] = {}
+    for stem in images.by_id:
+        m = re.search(r"(\d+)$", stem)
+        if m:
+            out.setdefault(int(m.group(1)), stem)
+    return out
+
+
 def _read_json_captions(path, images, refs, system) -> Iterator[Item]:
-    pairs = _load_json_dict(path, "{image_id: caption}", pairs=True)  # one object: loading it whole is fine
+    triples, results = _json_caption_pairs(path)  # one object: loading it whole is fine
+    counts: dict[str, int] = {}
+    for key, _, _ in triples:
+        counts[key] = counts.get(key, 0) + 1
+    listed = {key for key, _, where in triples if where.endswith("]")}
+    if not results:  # {id: caption}: a repeated key is a mistake (JSON objects have unique keys), not a candidate
+        counts = {k: 1 for k in counts}
 
     def gen():
-        seen: set[str] = set()
-        for key, caption in pairs:
-            key = str(key)
-            where = f"{path}: id {key!r}"
-            img = images.by_id.get(key)
-            if key in seen:
-                yield BadItem(key, str(img or ""), _text(caption), system, where, "duplicate id")
+        by_number = None
+        k_of: dict[str, int] = {}
+        for key, caption, where in triples:
+            multi = counts[key] > 1 or key in listed
+            k = k_of.get(key, 0)
+            k_of[key] = k + 1
+            ident = f"{key}#{k}" if multi else key
+            if k and not multi:
+                yield BadItem(key, "", _text(caption), system, where, "duplicate id")
                 continue
-            seen.add(key)
+            img_id = key if key in images.by_id else None
+            if img_id is None and key.isdigit():
+                by_number = _coco_number(images) if by_number is None else by_number
+                img_id = by_number.get(int(key))
+            img = images.by_id.get(img_id) if img_id is not None else None
+            if caption is None:
+                yield BadItem(ident, str(img or ""), "", system, where, "empty list of captions")
+                continue
             if img is None:
-                yield BadItem(key, "", _text(caption), system, where,
+                yield BadItem(ident, "", _text(caption), system, where,
                               f"caption without image: no image with id {key!r} in {images.source}")
                 continue
-            yield Record.make(key, img, caption, refs.get(key, ()) if refs else (), system=system, source=where)
+            r = (refs.get(key) or refs.get(img_id) or ()) if refs else ()
+            yield Record.make(ident, img, caption, r, system=system, source=where)
 
     return gen()
 
@@ -280,11 +362,11 @@ class _Pairs(list):
         return repr(dict(self))
 
 
-def _load_json_dict(path: Path, expected: str, *, pairs: bool = False):
-    """Load a top-level JSON object; ``pairs=True`` keeps duplicate keys (as a list of pairs)."""
+def _load_json_any(path: Path, expected: str):
+    """Load a JSON file, objects as :class:`_Pairs` (duplicate keys kept)."""
     with _open_text(path) as f:
         try:
-            data = json.load(f, object_pairs_hook=_Pairs)
+            return json.load(f, object_pairs_hook=_Pairs)
         except json.JSONDecodeError as e:
             raise InputError(f"{path}:{e.lineno}", f"malformed JSON ({e.msg}, column {e.colno})",
                              expected=expected) from None
@@ -292,6 +374,11 @@ def _load_json_dict(path: Path, expected: str, *, pairs: bool = False):
             raise InputError(str(path), "not UTF-8 text", expected=expected) from None
         except (RecursionError, ValueError) as e:  # nested too deep; an integer over Python's 4300 digits
             raise InputError(str(path), f"unreadable JSON ({json_problem(e)})", expected=expected) from None
+
+
+def _load_json_dict(path: Path, expected: str, *, pairs: bool = False):
+    """Load a top-level JSON object; ``pairs=True`` keeps duplicate keys (as a list of pairs)."""
+    data = _load_json_any(path, expected)
     if not isinstance(data, _Pairs):
         raise InputError(str(path), "wrong JSON shape", expected=expected, got=type(data).__name__)
     if pairs:

@@ -438,8 +438,8 @@ class Encoder:
     def _bar(self, total: int, what: str):
         if not self.progress or total == 0:
             return None
-        from tqdm.auto import tqdm
+        from capscore._log import open_bar
 
-        return tqdm(total=total, desc=f"encoding {what}", unit=what[:-1], leave=False)
+        return open_bar(total, desc=f"encoding {what}", unit=what[:-1])
 
 

@@ -34,7 +34,7 @@ from capscore.meta import stats as S
 from capscore.meta.datasets import (
     HUMAN_COLUMNS, PASCAL_ORDER, DatasetSpec, PairSet, RatingSet, _number, get_dataset, read_rows,
 )
-from capscore.scores.clipscore import MetricSpec, get_metric
+from capscore.scores.clipscore import MetricSpec, get_metric, resolve_prefix
 from capscore.scores.scorer import score_records
 
 
@@ -249,7 +249,7 @@ def _result(ds, spec, encoder, prefix, n, stats, skipped, seed, n_resamples, par
     bb = encoder.backbone
     return CorrelationResult(
         dataset=ds.name, source=ds.source, metric=spec.name, backbone=bb.spec, identity=bb.identity,
-        prefix=spec.default_prefix if prefix is None else prefix, n=n, stats=tuple(stats),
+        prefix=resolve_prefix(spec, prefix), n=n, stats=tuple(stats),
         skipped=skipped, seed=seed, n_resamples=n_resamples, params={**dict(ds.params), **params})
 
 

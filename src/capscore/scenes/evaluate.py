@@ -95,16 +95,17 @@ def evaluate_scenes(backbone_or_encoder, *, n: int = 300, seed: int = EVAL_SEED,
 
 
 def format_report(res: dict) -> str:
+    from capscore.report.tables import format_table
+
     p = res["params"]
-    lines = [f"scenes evaluation: {p['n']} scenes per set, seed {p['seed']}, prefix {p['prefix']!r}",
-             f"{'':16s}{'seen':>16s}{'unseen':>16s}"]
     s, u = res["seen"], res["unseen"]
-    lines.append(f"{'R@1 image->text':16s}{s['i2t_r1']:16.3f}{u['i2t_r1']:16.3f}")
-    lines.append(f"{'R@1 text->image':16s}{s['t2i_r1']:16.3f}{u['t2i_r1']:16.3f}")
+    rows = [{"": "R@1 image->text", "seen": s["i2t_r1"], "unseen": u["i2t_r1"]},
+            {"": "R@1 text->image", "seen": s["t2i_r1"], "unseen": u["t2i_r1"]}]
     for kind in EVAL_KINDS:
-        cells = []
-        for part in (s, u):
+        cells = {}
+        for name, part in (("seen", s), ("unseen", u)):
             f = part["flips"].get(kind)
-            cells.append(f"{f['accuracy']:.3f} (n={f['n']})" if f else "-")
-        lines.append(f"{kind:16s}{cells[0]:>16s}{cells[1]:>16s}")
-    return "\n".join(lines)
+            cells[name] = f"{f['accuracy']:.3f} (n={f['n']})" if f else "-"
+        rows.append({"": kind, **cells})
+    return "\n".join([f"scenes evaluation: {p['n']} scenes per set, seed {p['seed']}, prefix {p['prefix']!r}",
+                      format_table(rows, digits=3, indent="")])

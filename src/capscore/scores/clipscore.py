@@ -22,6 +22,28 @@ import torch
 from capscore.errors import CapscoreError, unknown_name
 
 CLIPSCORE_PREFIX = "A photo depicts "  # prepended to candidates and references by clipscore and pacscore
+PAIR_SCORER_PREFIX = {"abe": ""}  # ABE-CLIP scores captions as written (docs/abe.md)
+
+
+def resolve_prefix(metric: "str | MetricSpec", prefix: str | None) -> str:
+    """The prefix a run uses: ``prefix`` when given (``""`` = none), else the metric's own default.
+
+    The one place every entry point (CLI, ``capscore.score``, the torchmetrics
+    Metric, correlate) decides it, so they all score the same text.
+    """
+    if prefix is not None:
+        if not isinstance(prefix, str):
+            raise CapscoreError(f"prefix must be a string; got {type(prefix).__name__}")
+        return prefix
+    name = metric if isinstance(metric, str) else metric.name
+    if name in PAIR_SCORER_PREFIX:
+        return PAIR_SCORER_PREFIX[name]
+    return (get_metric(name) if isinstance(metric, str) else metric).default_prefix
+
+
+def add_prefix(prefix: str, texts) -> list[str]:
+    """``prefix + text`` for each text (candidates and references alike, as clipscore.py does)."""
+    return [prefix + t for t in texts]
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -74,6 +96,14 @@ class MetricSpec:
         if self.needs_refs:
             return ref_clip_s(image, text, refs, mask, w=self.w)
         return clip_s(image, text, w=self.w)
+
+    def components(self, image, text, refs=None, mask=None) -> dict[str, torch.Tensor]:
+        """The parts a reference-based score is made of, as clipscore.py reports them:
+        ``image_score`` = w·max(cos(image, text), 0) (the CLIP-S / PAC-S part) and
+        ``ref_score`` = max(max_r cos(text, r), 0). Empty for reference-free metrics."""
+        if not self.needs_refs:
+            return {}
+        return {"image_score": clip_s(image, text, w=self.w), "ref_score": ref_similarity(text, refs, mask)}
 
 
 METRICS: dict[str, MetricSpec] = {

