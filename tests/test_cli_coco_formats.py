@@ -76,7 +76,7 @@ def test_several_models_one_table_one_output_and_resume(coco, capsys):
     import pandas as pd
 
     df = pd.read_csv(out)
-    assert list(df.columns) == ["id", "image", "caption", "system", "score", "error", "model", "metric"]
+    assert list(df.columns) == ["id", "image", "caption", "system", "model", "metric", "score", "error"]
     assert len(df) == 4 * 2 * 2 and set(df.model) == set(models)
     a = df[(df.model == models[0]) & (df.metric == "clip-s")].score.to_numpy()
     b = df[(df.model == models[1]) & (df.metric == "pac-s")].score.to_numpy()

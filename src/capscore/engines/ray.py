@@ -123,7 +123,7 @@ class ScoreActor:
                            trust_remote_code=trust_remote_code, rgb_order=rgb_order)
         self.encoder = Encoder(bb, batch_size=batch_size, cache=EmbeddingCache(cache_dir) if cache_dir else MemoryCache(),
                                workers=threads)
-        spec, _ = _metric(metric)
+        spec, _ = _metric(metric, prefix)
         self.score = _abe_chunk_scorer(prefix, **(abe or {})) if spec is None else _clip_chunk_scorer(spec, prefix)
         self.pixel_shape = tuple(pixel_shape)
 
