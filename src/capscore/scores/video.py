@@ -46,6 +46,7 @@ import torch.nn.functional as F
 
 from capscore.embed.engine import Encoder, TokenFeatures
 from capscore.errors import CapscoreError, InputError, unknown_name
+from capscore.scores.scorer import _validate  # one record check for images and videos (name, needs_refs)
 
 
 @dataclass(frozen=True)
@@ -246,20 +247,6 @@ def load_frames(video, sampling="all") -> list:
     from capscore.data.video import Sampling, VideoRef
 
     return VideoRef.of(video).load(Sampling.parse(sampling))
-
-
-def _validate(rec, metric: VideoMetric) -> InputError | None:
-    where = rec.source or f"item {rec.id}"
-    if not isinstance(rec.caption, str):
-        return InputError(where, "caption is not a string", got=rec.caption)
-    if not rec.caption.strip():
-        return InputError(where, "empty caption")
-    for r in rec.refs:
-        if not isinstance(r, str) or not r.strip():
-            return InputError(where, "empty or non-string reference", got=r)
-    if metric.needs_refs and not rec.refs:
-        return InputError(where, f"{metric.name} needs references; none given")
-    return None
 
 
 def video_of(rec):
