@@ -3,8 +3,8 @@
 ``fgclip:DIR`` loads a folder in the layout of the public FG-CLIP checkpoints
 (``qihoo360/fg-clip-base`` / ``-large``: ``config.json`` + ``model.safetensors`` or
 ``pytorch_model.bin`` + CLIP tokenizer and image-processor files). Those checkpoints
-ship their own modelling code (``FGCLIPModel``, loaded upstream with
-``trust_remote_code=True``); capscore never runs it. Reading that code
+ship their own modelling code (``FGCLIPModel``, which upstream loads as remote
+code); capscore never runs it. Reading that code
 (360CVGroup/FG-CLIP, ``fgclip/model/clip_strc/fgclip.py`` and its ``modeling_clip.py``),
 the model is transformers' ``CLIPModel`` plus four extra tensors, so it maps onto
 ``transformers.CLIPModel`` exactly:
