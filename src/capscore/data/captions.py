@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capscore.data.records import Record
-from capscore.data.jsonl import csv_problem, iter_jsonl, json_problem
+from capscore.data.jsonl import iter_csv_rows, iter_jsonl, json_problem
 from capscore.errors import InputError, short_repr
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".webp", ".bmp", ".gif")
@@ -416,15 +416,7 @@ def _rows(path: Path, *, required: tuple[str, ...]) -> Iterator[tuple[str, dict 
 
 def _csv_rows(f, reader, path):
     with f:
-        while True:
-            line = reader.line_num + 1  # first physical line of the next record
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except (csv.Error, UnicodeDecodeError) as e:
-                # fatal even with --skip-bad: the reader cannot resync, and the rest of the file must not vanish
-                raise InputError(f"{path}:{line}", csv_problem(e)) from None
+        for line, _, row in iter_csv_rows(reader, path):  # a broken record stops the file, even with --skip-bad
             if None in row or any(v is None for v in row.values()):
                 yield f"{path}:{line}", f"malformed CSV row: {len(reader.fieldnames)} fields expected"
                 continue

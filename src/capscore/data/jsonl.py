@@ -9,6 +9,7 @@ message so the caller can write an error row (``strict=False``, ``--skip-bad``).
 """
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,24 @@ def csv_problem(e: BaseException) -> str:
     if "end of data" in str(e):
         return "unterminated quoted field: its opening quote is on this line and no closing quote follows"
     return f"malformed CSV ({' '.join(str(e).split())})"
+
+
+def iter_csv_rows(reader, path: str | Path) -> Iterator[tuple[int, int, dict]]:
+    """Yield ``(first_line, last_line, row)`` from a strict ``csv.DictReader`` (the one CSV row loop).
+
+    A csv.Error or undecodable bytes stop the reading with an :class:`InputError` naming the record's
+    first physical line — even with ``--skip-bad``: the reader cannot resync, and the rest of the file
+    must never vanish. What a short or long row means is each caller's decision (it sees ``None``).
+    """
+    while True:
+        start = reader.line_num + 1  # first physical line of the next record
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise InputError(f"{path}:{start}", csv_problem(e)) from None
+        yield start, reader.line_num, row
 
 
 def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[str, dict | str]]:

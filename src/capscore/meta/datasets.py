@@ -49,7 +49,7 @@ import numpy as np
 
 from capscore.data.records import Record
 from capscore.embed.images import ImageRef
-from capscore.data.jsonl import csv_problem, iter_jsonl, json_problem
+from capscore.data.jsonl import csv_problem, iter_csv_rows, iter_jsonl, json_problem
 from capscore.errors import CapscoreError, InputError, unknown_name
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -163,15 +163,8 @@ def read_rows(path: Path) -> Iterator[tuple[str, dict]]:
             reader.fieldnames  # the header first, so line numbers below count from it
         except (csv.Error, UnicodeDecodeError) as e:
             raise InputError(f"{path}:1", csv_problem(e)) from None
-        while True:
-            start = reader.line_num + 1  # first physical line of the next record
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except (csv.Error, UnicodeDecodeError) as e:
-                raise InputError(f"{path}:{start}", csv_problem(e)) from None
-            where = f"{path}:{reader.line_num}"
+        for _, last, row in iter_csv_rows(reader, path):
+            where = f"{path}:{last}"
             if None in row or any(v is None for v in row.values()):
                 raise InputError(where, f"malformed CSV row: {len(reader.fieldnames)} fields expected")
             yield where, row

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from capscore.data.jsonl import csv_problem, json_problem
+from capscore.data.jsonl import csv_problem, iter_csv_rows, json_problem
 from capscore.embed.images import ImageRef
 from capscore.errors import InputError, unknown_name
 
@@ -141,17 +141,8 @@ def csv_entries(path: Path) -> Iterator[tuple[str, str, object]]:
             reader.fieldnames  # the header first, so line numbers below count from it
         except (csv.Error, UnicodeDecodeError) as e:
             raise InputError(f"{path}:1", csv_problem(e)) from None
-        n = 0
-        while True:
-            start = reader.line_num + 1
-            try:
-                row = next(reader)
-            except StopIteration:
-                return
-            except (csv.Error, UnicodeDecodeError) as e:
-                raise InputError(f"{path}:{start}", csv_problem(e)) from None
+        for n, (start, _, row) in enumerate(iter_csv_rows(reader, path)):
             yield f"{path}:{start}", str(n), row
-            n += 1
 
 
 def entries(path: Path) -> Iterator[tuple[str, str, object]]:
