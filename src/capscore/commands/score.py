@@ -83,6 +83,9 @@ def run(args) -> int:
     from capscore.report.writers import COLUMNS, open_writer, output_format
     from capscore.scores.scorer import COMPONENTS
 
+    # --batch-size/--chunk-size ranges are checked by argparse (positive_int)
+    if args.resume and args.overwrite:
+        raise CapscoreError("--resume and --overwrite contradict each other; choose one")
     if getattr(args, "videos", None):
         from capscore.commands.score_videos import run_videos
 
@@ -99,11 +102,6 @@ def run(args) -> int:
         raise CapscoreError(f"--metric {video_only[0]} scores videos; use it with --videos")
     if getattr(args, "frames", None) or getattr(args, "idf", False):
         raise CapscoreError("--frames and --idf apply to --videos only")
-    for name in ("batch_size", "chunk_size"):
-        if getattr(args, name) < 1:
-            raise CapscoreError(f"--{name.replace('_', '-')} must be a positive integer; got {getattr(args, name)}")
-    if args.resume and args.overwrite:
-        raise CapscoreError("--resume and --overwrite contradict each other; choose one")
     out = Path(args.out)
     if args.engine != "ray":  # --engine ray writes a folder of per-shard files
         output_format(out)

@@ -29,11 +29,6 @@ def run_videos(args) -> int:
 
     if getattr(args, "images", None):
         raise CapscoreError("give --images or --videos, not both")
-    for name in ("batch_size", "chunk_size"):
-        if getattr(args, name) < 1:
-            raise CapscoreError(f"--{name.replace('_', '-')} must be a positive integer; got {getattr(args, name)}")
-    if args.resume and args.overwrite:
-        raise CapscoreError("--resume and --overwrite contradict each other; choose one")
     out = Path(args.out)
     output_format(out)
     metric = get_video_metric(args.metric)
