@@ -118,3 +118,12 @@ def test_undecodable_bytes_stop_the_file_instead_of_dropping_its_rest(folder, tm
     items = read_captions(caps, images=index_images(folder))
     with pytest.raises(InputError, match=r"c\.jsonl:2: not UTF-8 text"):
         list(items)
+
+
+def test_jsonl_refs_row_without_refs_is_one_error_naming_the_line(tmp_path):
+    # found by tests/test_properties.py (hypothesis drew b'{}'): it was a KeyError, i.e. a traceback
+    refs = tmp_path / "refs.jsonl"
+    refs.write_text('{"image": "a", "refs": ["x"]}\n{}\n')
+    with pytest.raises(InputError) as e:
+        load_refs(refs)
+    assert f"{refs}:2" in str(e.value) and "'refs'" in str(e.value)

@@ -145,7 +145,7 @@ def load_refs(path: str | os.PathLike) -> dict[str, tuple[str, ...]]:
         if isinstance(row, str):
             raise InputError(where, row)
         key = row.get("image", row.get("id"))
-        refs = _as_refs(row["refs"], csv_cell=path.suffix.lower() == ".csv")
+        refs = _as_refs(row.get("refs"), csv_cell=path.suffix.lower() == ".csv")  # JSONL rows may lack it
         if key is None or refs is None:
             raise InputError(where, "a references row needs 'image' (or 'id') and 'refs' (strings)", got=row)
         if str(key) in out:
