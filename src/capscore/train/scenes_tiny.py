@@ -15,7 +15,9 @@ pins a short run of it bit for bit against the trainer it replaced).
 * loss: symmetric CLIP InfoNCE with the B hard negatives as extra image→text columns
   (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
   ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
-  (``dense=filip``; :func:`capscore.train.objectives.filip_loss`);
+  (``dense=filip``; :func:`capscore.train.objectives.filip_loss`), whose image→text columns are the
+  B positives plus each image's own hard negative (``dense_negatives=own``, the default: half the
+  cost of ``all``, which gives every image all B negatives as the global term does);
 * optimisation (the loop's; this recipe's defaults in :data:`OPTIM`, :data:`TRAIN_DEFAULTS`): AdamW, no
   weight decay on gains, biases, embeddings and the logit scale, linear warm-up then cosine decay to
   10 % of the peak rate, gradient clipping at 1.0; fp32 on CPU; the model starts from the random
@@ -43,7 +45,7 @@ DENSE_TERMS = ("none", "filip")
 OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the loop's (0.9, 0.98), 1e-6
 TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
 PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
-              dense="none", dense_weight=0.0)
+              dense="none", dense_weight=0.0, dense_negatives="own")
 START_MODEL = "openclip:scenes-tiny"  # random init from --seed
 
 
@@ -143,6 +145,8 @@ def prepare(bb: Backbone, p: dict) -> dict:
     if p["dense"] != "none" and not (bb.has_patch_tokens and bb.has_token_features):
         raise CapscoreError(f"{bb.spec}: dense={p['dense']} needs patch tokens and token features "
                             "(an open_clip ViT with a causal text tower)")
+    if p["dense_negatives"] not in ("own", "all"):
+        raise param_error("dense_negatives", "the scenes-tiny recipe (--set)", "'own' or 'all'", p["dense_negatives"])
     negative_mix(p)
     return {}
 
@@ -160,7 +164,7 @@ def step(bb: Backbone, batch: list[Example], *, p: dict, **_) -> tuple[torch.Ten
     txt, tokens, lengths = encode_texts_bucketed(bb, texts, tokens=True)  # (2B, D), (2B, L, D), (2B,)
     loss, parts = obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
     mask = torch.arange(tokens.shape[1], device=tokens.device)[None] < lengths[:, None].to(tokens.device)
-    dense = obj.filip_loss(patches, tokens, mask, scale)
+    dense = obj.filip_loss(patches, tokens, mask, scale, negative_columns=p["dense_negatives"])
     return loss + float(p["dense_weight"]) * dense, {**parts, "global": loss.item(), "dense": dense.item()}
 
 
