@@ -13,8 +13,10 @@ is a random-init ViT-B-32 (``--model``; the cost per item is that of the real ar
 * memory: peak RSS of the single-process CLI and of the Ray driver scoring ``--stream`` captions (Parquet
   shards whose rows point at a pool of 32 image files), against a run 4× smaller — streaming means flat.
 
-Wall times include each run's start-up (actors loading the model). One command, ~4-5 min on a quiet
-2-core machine with the defaults:
+Each configuration runs twice, on the first half of the shards and on all of them: throughput is the marginal
+rate (the second half's pairs over the extra wall time), so the fixed start-up (Ray workers importing torch,
+actors loading the model) cancels, and is printed separately. One command, ~8-10 min on a quiet 2-core
+machine with the defaults:
 
     python benchmarks/ray_scale.py
     python benchmarks/ray_scale.py --shards 4 --per-shard 48 --stream 100000   # quicker
@@ -176,38 +178,56 @@ def main() -> None:
     common = ["score", "--model", args.model, "--webdataset", pattern, "--no-cache"]
     print(f"{n} pairs in {args.shards} WebDataset shards, model {args.model} (random init), fp32 CPU, {cores} cores")
 
+    half = pattern.replace(f"{args.shards - 1:05d}}}", f"{args.shards // 2 - 1:05d}}}")
     costs = per_item_costs(args.model, pattern)
+
+    def timed(out: str, *extra) -> tuple[float, float]:
+        """(wall on half the shards, wall on all): marginal rate and fixed start-up follow from the two."""
+        t_half = cli(*common[:3], "--webdataset", half, "--no-cache", *extra, "--out", tmp / f"half-{out}")
+        t_all = cli(*common, *extra, "--out", tmp / out)
+        return t_half, t_all
+
     torch.set_num_threads(cores)
-    local_s = cli(*common, "--out", tmp / "local.jsonl")
-    local = [json.loads(line) for line in open(tmp / "local.jsonl")]
+    local = timed("local.jsonl")
+    rows_local = [json.loads(line) for line in open(tmp / "local.jsonl")]
 
     ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     from ray.data import DataContext
 
     DataContext.get_current().enable_progress_bars = False
     torch.set_num_threads(1)
-    one_s = cli(*common, "--engine", "ray", "--workers", 1, "--out", tmp / "ray1")
-    two_s = cli(*common, "--engine", "ray", "--workers", 2, "--out", tmp / "ray2")
-    all_s = two_s if cores == 2 else cli(*common, "--engine", "ray", "--workers", cores, "--out", tmp / "rayall")
+    one = timed("ray1", "--engine", "ray", "--workers", 1)
+    two = timed("ray2", "--engine", "ray", "--workers", 2)
+    every = two if cores == 2 else timed("rayall", "--engine", "ray", "--workers", cores)
     got = ray_rows(tmp / "ray2")
-    same_ids = [r["id"] for r in got] == [r["id"] for r in local]
-    delta = max(abs(a["score"] - b["score"]) for a, b in zip(got, local))
+    same_ids = [r["id"] for r in got] == [r["id"] for r in rows_local]
+    delta = max(abs(a["score"] - b["score"]) for a, b in zip(got, rows_local))
+    m = n - (args.shards // 2) * args.per_shard  # pairs in the second half
+
+    def rate(t):  # marginal pairs/s: the second half's pairs over the extra wall time
+        return m / (t[1] - t[0])
+
+    def startup(t):  # fixed cost: what is left of the full run's wall once its pairs are paid at that rate
+        return t[1] - n / rate(t)
 
     print("\nequality (Ray 2 actors vs single process)")
     print(f"  same ids in the same order: {same_ids}   max |Δscore| = {delta:.2e}   (target ≤ 1e-6)")
-    print("\nscaling")
-    print(f"  Ray 1 actor x 1 thread : {n / one_s:8.1f} pairs/s  ({one_s:.1f} s)")
-    print(f"  Ray 2 actors x 1 thread: {n / two_s:8.1f} pairs/s  ({two_s:.1f} s)   ratio {one_s / two_s:.2f}x "
-          "(target ≥ 1.7x)")
-    print(f"  single process, {cores} threads: {n / local_s:8.1f} pairs/s  ({local_s:.1f} s)")
-    print(f"  Ray, {cores} actors x 1 thread: {n / all_s:8.1f} pairs/s  ({all_s:.1f} s)   overhead "
-          f"{100 * (all_s / local_s - 1):+.1f} % (target ≤ +15 %)")
-    blocks = args.shards + args.shards  # one data block + one sentinel block per shard (block = shard here)
+    print(f"\nthroughput = marginal rate between a run on {args.shards // 2} shards and one on {args.shards} "
+          "(start-up cancels); start-up = full wall − pairs / rate")
+    for name, t in (("Ray 1 actor x 1 thread", one), ("Ray 2 actors x 1 thread", two),
+                    (f"single process, {cores} threads", local)) + (() if cores == 2 else
+                                                                    ((f"Ray {cores} actors x 1 thread", every),)):
+        print(f"  {name:28s}: {rate(t):7.1f} pairs/s  start-up {startup(t):5.1f} s  (walls {t[0]:.1f} s, {t[1]:.1f} s)")
+    print(f"  scaling 2 actors vs 1: {rate(two) / rate(one):.2f}x (target ≥ 1.7x); whole runs {one[1] / two[1]:.2f}x")
+    print(f"  overhead Ray {cores} actors vs single process: {100 * (rate(local) / rate(every) - 1):+.1f} % "
+          f"(target ≤ +15 %); whole runs {100 * (every[1] / local[1] - 1):+.1f} %")
+    blocks = 2 * (args.shards - args.shards // 2)  # one data block + one sentinel block per shard
     print("\nper-item costs, one thread (inputs of docs/scale.md)")
     for k, v in costs.items():
         print(f"  {k:18s} {1e3 * v:8.3f} ms")
-    print(f"  Ray per block      {1e3 * (all_s - local_s) / blocks:8.1f} ms  (= (Ray − single) / {blocks} blocks, "
-          "start-up included)")
+    extra = (every[1] - every[0]) - (local[1] - local[0])
+    print(f"  Ray per block      {1e3 * extra / blocks:8.1f} ms  (= marginal (Ray − single) / {blocks} blocks, "
+          "start-up excluded)")
     ray.shutdown()
     if args.stream:
         memory(args, tmp)

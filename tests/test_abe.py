@@ -210,6 +210,22 @@ def test_ablation_switches(tiny_backbone, make_images):
     assert torch.allclose(full.base, local.base)
 
 
+def test_k_sweep_equals_one_run_per_k(tiny_backbone, make_images):
+    from capscore.scores.abe import abe_k_sweep
+
+    imgs = make_images(2)
+    caps = ["a yellow cylinder and a red cube", "a green vintage car"]
+    enc = Encoder(tiny_backbone)
+    sweep = abe_k_sweep(enc, imgs, caps, (1, 3, 10), config=AbeConfig(k=5))
+    assert sorted(sweep) == [1, 3, 10]
+    for k, got in sweep.items():
+        want = abe_components(enc, imgs, caps, config=AbeConfig(k=k))
+        assert got.config.k == k
+        for part in ("base", "refine", "local", "global_", "final"):
+            assert torch.allclose(getattr(got, part), getattr(want, part), atol=1e-6)
+    assert not torch.allclose(sweep[1].base, sweep[10].base)  # K matters on these images
+
+
 def test_deterministic_and_batched_equals_one_at_a_time(tiny_backbone, make_images):
     imgs = make_images(3)
     pairs = [(imgs[0], "a yellow cylinder and a red cube"), (imgs[1], "A blue scooter near a green vintage car"),

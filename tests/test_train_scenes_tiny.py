@@ -161,6 +161,55 @@ def test_filip_similarity_by_hand_with_padding():
     assert loss.item() == pytest.approx((i2t + t2i) / 4, rel=1e-5)
 
 
+def _filip_by_autograd(img, txt, tm, im):
+    """The printed definition through plain autograd (amax over the full 4-D cosine tensor)."""
+    x, y = torch.nn.functional.normalize(img, dim=-1), torch.nn.functional.normalize(txt, dim=-1)
+    c = torch.einsum("ind,tld->itnl", x, y)
+    low = torch.finfo(c.dtype).min
+    best_token = c.masked_fill(~tm[None, :, None, :], low).amax(3)  # (Bi, Bt, N)
+    s_i2t = (best_token * im[:, None]).sum(2) / im.sum(1)[:, None]
+    best_patch = c.masked_fill(~im[:, None, :, None], low).amax(2)  # (Bi, Bt, L)
+    return s_i2t, (best_patch * tm[None]).sum(2) / tm.sum(1)[None]
+
+
+def test_filip_gradient_matches_autograd_with_padding_patch_mask_and_blocks(monkeypatch):
+    # capscore's FILIP keeps only the arg-maxes and scatters the gradient back by hand, in blocks of
+    # images and length groups of texts: values and gradients must equal plain autograd's.
+    from capscore.train import objectives as O
+
+    monkeypatch.setattr(O._TokenWiseMax, "BLOCK_ELEMENTS", 200)  # force several image blocks
+    g = torch.Generator().manual_seed(3)
+    img, txt = torch.randn(5, 7, 6, generator=g), torch.randn(9, 8, 6, generator=g)
+    tm = torch.arange(8)[None] < torch.tensor([1, 8, 3, 5, 2, 8, 6, 4, 7])[:, None]
+    im = torch.rand(5, 7, generator=g) > 0.3
+    im[:, 0] = True
+    w1, w2 = torch.randn(5, 9, generator=g), torch.randn(5, 9, generator=g)
+    grads = []
+    for fn in (_filip_by_autograd, lambda a, b, t, m: filip_similarity(a, b, t, m, text_group=4)):
+        a, b = img.clone().requires_grad_(), txt.clone().requires_grad_()
+        s1, s2 = fn(a, b, tm, im)
+        ((s1 * w1).sum() + (s2 * w2).sum()).backward()
+        grads.append((s1.detach(), s2.detach(), a.grad, b.grad))
+    for want, got in zip(*grads):
+        assert torch.allclose(got, want, atol=1e-6)
+
+
+def test_filip_own_negative_columns():
+    # 'own': image i's columns are the 3 positives and its own negative only; 'all' has every negative
+    g = torch.Generator().manual_seed(4)
+    img, txt = torch.randn(3, 4, 5, generator=g), torch.randn(6, 3, 5, generator=g)
+    tm = torch.ones(6, 3, dtype=torch.bool)
+    s_i2t, s_t2i = filip_similarity(img, txt, tm)  # (3, 6)
+    ce = torch.nn.functional.cross_entropy
+    own = torch.cat([s_i2t[:, :3], s_i2t[:, 3:].diagonal()[:, None]], 1)
+    want = 0.5 * (ce(2.0 * own, torch.arange(3)) + ce(2.0 * s_t2i[:, :3].T, torch.arange(3)))
+    assert filip_loss(img, txt, tm, 2.0, negative_columns="own").item() == pytest.approx(want.item(), rel=1e-6)
+    want_all = 0.5 * (ce(2.0 * s_i2t, torch.arange(3)) + ce(2.0 * s_t2i[:, :3].T, torch.arange(3)))
+    assert filip_loss(img, txt, tm, 2.0).item() == pytest.approx(want_all.item(), rel=1e-6)
+    with pytest.raises(ValueError, match="2 x 3 texts"):
+        filip_loss(img, txt[:5], tm[:5], 2.0, negative_columns="own")
+
+
 def test_dense_term_trains_through_the_loop(tmp_path):
     assert main(["train", "scenes-tiny", "--out", str(tmp_path), "--steps", "1", "--batch-size", "4",
                  "--set", "dense=filip", "--set", "dense_weight=0.5", "--set", "negative_kinds=shape,count,relation",
@@ -197,3 +246,18 @@ def test_recall_at_1_counts_identical_captions_as_hits():
     assert i2t == pytest.approx(2 / 3)
     # text 0 -> image 1 (hit), text 1 -> image 0 (hit), text 2 -> image 0 (miss)
     assert t2i == pytest.approx(2 / 3)
+
+
+def test_scenes_are_drawn_at_the_models_input_size():
+    # a 96-px model must be evaluated on 96-px drawings, not 64-px ones upsampled by its preprocessing
+    from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder
+    from capscore.scenes import render_size
+    from capscore.scenes.evaluate import evaluate_scenes
+
+    with pytest.warns(Warning):
+        v2 = load_backbone("openclip:scenes-tiny-v2", seed=0)
+    assert v2.image_size == 96 and render_size(v2) == 96 and render_size(Encoder(v2)) == 96
+    assert render_size(None) == 64 and render_size(object(), default=32) == 32
+    res = evaluate_scenes(v2, n=4)
+    assert res["params"]["size"] == 96

@@ -156,6 +156,17 @@ class Backbone(ABC):
         self.rgb_order = order
         self.invalidate_identity()
 
+    @property
+    def image_size(self) -> int | None:
+        """Side in pixels of the image tower's square input (None when the model does not say):
+        open_clip's ``visual.image_size`` or a transformers ``config.vision_config.image_size``."""
+        size = getattr(getattr(self.model, "visual", None), "image_size", None)
+        if size is None:
+            size = getattr(getattr(getattr(self.model, "config", None), "vision_config", None), "image_size", None)
+        if isinstance(size, (tuple, list)):
+            size = size[0]
+        return int(size) if size else None
+
     def invalidate_identity(self) -> None:
         """Call after changing weights in place (training)."""
         self._identity = None

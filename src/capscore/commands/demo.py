@@ -72,7 +72,7 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
 
     from capscore.backbones import load_backbone
     from capscore.embed.engine import Encoder
-    from capscore.scenes import generate_scenes
+    from capscore.scenes import generate_scenes, render_size
     from capscore.scenes.captions import short
     from capscore.scores.scorer import Summary, score_records
 
@@ -83,7 +83,7 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
     backbone = load_backbone(model, device=device, dtype=dtype)  # before touching --out: a bad --model leaves nothing behind
     output_dir(out)
     (out / "images").mkdir(exist_ok=True)
-    scenes = generate_scenes(n, seed=seed, split="all")
+    scenes = generate_scenes(n, seed=seed, split="all", size=render_size(backbone))
     records, meta = build_records(scenes, out / "images", seed=seed)
     encoder = Encoder(backbone, batch_size=128)
     summary = Summary("clip-s")

@@ -17,7 +17,8 @@ scenes-zeroshot        zero-shot shape (6 classes) and colour (8 classes) of sin
                        (split "all": unseen images, shape and colour independent)
 =====================  ===================================================================
 
-Scenes come from ``generate_scenes(n, seed=seed, split="heldout")`` so a model trained on
+Scenes come from ``generate_scenes(n, seed=seed, split="heldout")``, drawn at the model's input size
+(:func:`capscore.scenes.render_size`), so a model trained on
 the train split is probed on held-out compositions.
 """
 from __future__ import annotations
@@ -33,10 +34,11 @@ from capscore.probes.formats import ProbeItem, SuiteItem
 SPLIT = "heldout"
 
 
-def _scenes(n: int, seed: int):
-    from capscore.scenes import generate_scenes
+def _scenes(n: int, seed: int, encoder=None):
+    """Held-out scenes drawn at the encoder's input size (:func:`capscore.scenes.render_size`)."""
+    from capscore.scenes import generate_scenes, render_size
 
-    return generate_scenes(n, seed=seed, split=SPLIT)
+    return generate_scenes(n, seed=seed, split=SPLIT, size=render_size(encoder))
 
 
 def flip_items(scenes, *, seed: int = 0) -> list[SuiteItem]:
@@ -79,19 +81,19 @@ def _lgip_lists():
 
 
 def run_scenes_flips(encoder, *, args, **common):
-    items = flip_items(_scenes(args.n_scenes, args.seed), seed=args.seed)
+    items = flip_items(_scenes(args.n_scenes, args.seed, encoder), seed=args.seed)
     return R.run_suite(encoder, items, suite="scenes-flips", **common)
 
 
 def run_scenes_lgip(encoder, *, args, **common):
-    scenes = _scenes(args.n_scenes, args.seed)
+    scenes = _scenes(args.n_scenes, args.seed, encoder)
     items = [ProbeItem(s.id, s.render(), s.short_caption(), f"scene {s.id}") for s in scenes]
     return R.run_lgip(encoder, items, seed=args.seed, suite="scenes-lgip", lists=_lgip_lists(),
                       average=getattr(args, "lgip_average", "pairs"), **common)
 
 
 def run_scenes_specificity(encoder, *, args, **common):
-    items, units = specificity_inputs(_scenes(args.n_scenes, args.seed), seed=args.seed)
+    items, units = specificity_inputs(_scenes(args.n_scenes, args.seed, encoder), seed=args.seed)
     return R.run_specificity(encoder, items, seed=args.seed, suite="scenes-specificity", units=units,
                              variant=getattr(args, "sr_variant", "capscore"), **common)
 
@@ -99,7 +101,7 @@ def run_scenes_specificity(encoder, *, args, **common):
 def run_scenes_perturb(encoder, *, args, **common):
     from capscore.scenes import SHAPES
 
-    scenes = _scenes(args.n_scenes, args.seed)
+    scenes = _scenes(args.n_scenes, args.seed, encoder)
     items = [ProbeItem(s.id, s.render(), s.short_caption(), f"scene {s.id}", tuple(SHAPES)) for s in scenes]
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     return R.run_perturb(encoder, items, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask,
@@ -173,15 +175,16 @@ ZEROSHOT_SPLIT = "all"  # unseen images; shape and colour drawn independently (h
 def run_scenes_retrieval(encoder, *, args, **common):
     from capscore.probes.retrieval import run_retrieval
 
-    return run_retrieval(encoder, retrieval_set(_scenes(args.n_scenes, args.seed)), suite="scenes-retrieval",
+    return run_retrieval(encoder, retrieval_set(_scenes(args.n_scenes, args.seed, encoder)), suite="scenes-retrieval",
                          source=common.get("source", ""), seed=args.seed)
 
 
 def run_scenes_zeroshot(encoder, *, args, **common):
     from capscore.probes.zeroshot import run_zeroshot
-    from capscore.scenes import generate_scenes
+    from capscore.scenes import generate_scenes, render_size
 
-    scenes = generate_scenes(args.n_scenes, seed=args.seed, split=ZEROSHOT_SPLIT, min_objects=1, max_objects=1)
+    scenes = generate_scenes(args.n_scenes, seed=args.seed, split=ZEROSHOT_SPLIT, min_objects=1, max_objects=1,
+                             size=render_size(encoder))
     return run_zeroshot(encoder, zeroshot_sets(scenes), templates=getattr(args, "templates", None) or "scenes",
                         suite="scenes-zeroshot", source=common.get("source", ""), seed=args.seed)
 

@@ -76,21 +76,24 @@ def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str)
     return row
 
 
-def evaluate_scenes(backbone_or_encoder, *, n: int = 300, seed: int = EVAL_SEED, prefix: str = "") -> dict:
-    """{"seen": {...}, "unseen": {...}, "params": {...}} — see the module docstring."""
+def evaluate_scenes(backbone_or_encoder, *, n: int = 300, seed: int = EVAL_SEED, prefix: str = "",
+                    size: int | None = None) -> dict:
+    """{"seen": {...}, "unseen": {...}, "params": {...}} — see the module docstring. Scenes are drawn
+    at ``size`` px, by default the model's input size (:func:`capscore.scenes.render_size`)."""
     from capscore.embed.engine import Encoder
     from capscore.errors import param_error
-    from capscore.scenes import generate_scenes
+    from capscore.scenes import generate_scenes, render_size
 
     if not isinstance(n, int) or n < 2:
         raise param_error("n", "evaluate_scenes", "an int >= 2", n)
     enc = backbone_or_encoder if isinstance(backbone_or_encoder, Encoder) else Encoder(backbone_or_encoder)
-    seen = generate_scenes(n, seed=seed, split="train")
-    unseen = generate_scenes(n, seed=seed, split="heldout")
+    size = size or render_size(enc)
+    seen = generate_scenes(n, seed=seed, split="train", size=size)
+    unseen = generate_scenes(n, seed=seed, split="heldout", size=size)
     return {
         "seen": _evaluate_set(enc, seen, seed=seed, unseen_only=False, prefix=prefix),
         "unseen": _evaluate_set(enc, unseen, seed=seed, unseen_only=True, prefix=prefix),
-        "params": {"n": n, "seed": seed, "prefix": prefix, "backbone": enc.backbone.identity},
+        "params": {"n": n, "seed": seed, "prefix": prefix, "size": size, "backbone": enc.backbone.identity},
     }
 
 

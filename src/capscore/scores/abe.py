@@ -437,27 +437,43 @@ def _check_inputs(encoder: Encoder, images: Sequence, texts: Sequence[str]) -> N
 
 def abe_components(encoder: Encoder, images: Sequence, texts: Sequence[str], *, config: AbeConfig = AbeConfig()) -> AbeComponents:
     """Every stage's score for each (image_i, text_i) pair; see the module docstring."""
+    return abe_k_sweep(encoder, images, texts, (config.k,), config=config)[config.k]
+
+
+def abe_k_sweep(encoder: Encoder, images: Sequence, texts: Sequence[str], ks: Sequence[int], *,
+                config: AbeConfig = AbeConfig()) -> dict[int, AbeComponents]:
+    """:func:`abe_components` for each K in ``ks`` (the paper's Table 3 sweep) from one parse,
+    refinement and encoding pass: only the top-K pooling depends on K. ``config.k`` is ignored."""
     _check_inputs(encoder, images, texts)
+    configs = {k: dataclasses.replace(config, k=k) for k in dict.fromkeys(ks)}
     if not texts:
         z = torch.empty(0)
-        return AbeComponents(z, z, z, z, z, config)
+        return {k: AbeComponents(z, z, z, z, z, c) for k, c in configs.items()}
     v_cls, patches = encoder.image_patches(images)  # (N, D), (N, P, D); each image encoded once
     caps = _prepare_captions(encoder, texts, config)
-    base, refine, glob = [], [], []
+    base = {k: [] for k in configs}
+    refine = {k: [] for k in configs}
+    glob = []
     for i, t in enumerate(texts):
         c = caps[t]
-        s_base = local_alignment(c.tokens, patches[i], k=config.k)
-        base.append(s_base)
-        refine.append(local_alignment(c.refined, patches[i], k=config.k) if config.refine else s_base)
+        sim_base = token_patch_similarity(c.tokens, patches[i])
+        sim_refine = token_patch_similarity(c.refined, patches[i]) if config.refine else sim_base
+        for k in configs:
+            base[k].append(topk_pool(sim_base, k=k).mean())
+            refine[k].append(topk_pool(sim_refine, k=k).mean())
         glob.append(v_cls[i] @ c.global_)
-    s_base, s_refine, s_global = torch.stack(base), torch.stack(refine), torch.stack(glob)
-    if not config.refine:
-        s_local = s_base
-    elif config.binding_difference:
-        s_local = binding_difference(s_refine, s_base)
-    else:
-        s_local = s_refine
-    return AbeComponents(s_base, s_refine, s_local, s_global, fuse(s_local, s_global, omega=config.omega), config)
+    s_global = torch.stack(glob)
+    out = {}
+    for k, cfg in configs.items():
+        s_base, s_refine = torch.stack(base[k]), torch.stack(refine[k])
+        if not config.refine:
+            s_local = s_base
+        elif config.binding_difference:
+            s_local = binding_difference(s_refine, s_base)
+        else:
+            s_local = s_refine
+        out[k] = AbeComponents(s_base, s_refine, s_local, s_global, fuse(s_local, s_global, omega=config.omega), cfg)
+    return out
 
 
 def abe_scores(encoder: Encoder, images: Sequence, texts: Sequence[str], *, config: AbeConfig = AbeConfig()) -> torch.Tensor:

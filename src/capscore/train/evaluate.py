@@ -25,16 +25,21 @@ from capscore.embed.engine import Encoder, MemoryCache
 
 def scene_evaluator(n: int = 48, *, seed: int = 10_000, languages: tuple[str, ...] = ("en",),
                     specificity: bool = True, perturbations: bool = False, graded_per_scene: int = 4):
-    """A function backbone -> {metric: value} over ``n`` scenes (disjoint seed from training)."""
-    from capscore.scenes import generate_scenes
+    """A function backbone -> {metric: value} over ``n`` scenes (disjoint seed from training), drawn
+    at the backbone's input size (:func:`capscore.scenes.render_size`; the same scenes at any size)."""
+    from capscore.scenes import generate_scenes, render_size
 
     scenes = generate_scenes(n, seed=seed)
-    images = [s.render() for s in scenes]
+    drawn: dict[int, list] = {}  # size -> images
     rng = np.random.default_rng(seed)
     graded = {lang: [s.graded(rng, n=graded_per_scene, lang=lang) for s in scenes] for lang in languages}
 
     def evaluate(bb: Backbone) -> dict:
         bb.invalidate_identity()
+        size = render_size(bb)
+        if size not in drawn:
+            drawn[size] = [s.render() for s in generate_scenes(n, seed=seed, size=size)]
+        images = drawn[size]
         enc = Encoder(bb, cache=MemoryCache(), batch_size=64)
         img = enc.encode_images(images)  # (N, D)
         txt = enc.encode_texts([s.short_caption() for s in scenes])  # (N, D)

@@ -129,14 +129,11 @@ class SceneStream:
         return out
 
 
-def image_size(bb: Backbone) -> int:
-    size = getattr(bb.model.visual, "image_size", 64)
-    return int(size[0] if isinstance(size, (tuple, list)) else size)
-
-
 def data(bb: Backbone, p: dict, *, seed: int) -> SceneStream:
+    from capscore.scenes import render_size
+
     kinds, weights = negative_mix(p)
-    return SceneStream(seed, size=image_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]))
+    return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]))
 
 
 def prepare(bb: Backbone, p: dict) -> dict:
