@@ -188,7 +188,7 @@ def table(rows: list[dict], command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--experiment", choices=sorted(EXPERIMENTS), default="flips")
+    ap.add_argument("--experiment", nargs="+", choices=sorted(EXPERIMENTS), default=["flips"])
     ap.add_argument("--model", nargs="+", default=["scenes-tiny"], help="model specs; '{seed}' is replaced")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--n", type=int, default=500, help="evaluation scenes per seed")
@@ -201,10 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         a.model, a.seeds, a.n = ["capscore-test-tiny"], [0, 1, 2], 8
     if a.n < 2:
         ap.error("--n must be >= 2")
-    rows = run(a.experiment, a.model, a.seeds, a.n, a.eval_seed)
     command = "python benchmarks/replicate.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    Path(a.out).write_text(f"# Replications ({a.experiment})\n\n" + table(rows, command))
-    print(table(rows, command))
+    parts = []
+    for experiment in a.experiment:
+        rows = run(experiment, a.model, a.seeds, a.n, a.eval_seed)
+        parts.append(f"## {experiment}\n\n" + table(rows, command))
+        print(parts[-1])
+    Path(a.out).write_text("# Replications (" + ", ".join(a.experiment) + ")\n\n" + "\n".join(parts))
     return 0
 
 

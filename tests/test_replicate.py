@@ -41,3 +41,18 @@ def test_smoke_writes_a_table(tmp_path):
         lo, hi = map(float, re.findall(r"-?\d+\.\d+", cells[6]))
         assert 0.0 <= mean <= 1.0 and lo <= mean + 1e-9 and hi >= mean - 1e-9
     assert "Command: `python benchmarks/replicate.py --smoke" in text
+
+
+def test_smoke_abe_and_lgip_sections(tmp_path):
+    out = tmp_path / "rep.md"
+    assert rep.main(["--smoke", "--experiment", "abe", "lgip", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.index("## abe") < text.index("## lgip")
+    metrics = {ln.split("|")[3].strip(): ln for ln in text.splitlines() if ln.startswith("| abe |")}
+    for row in ("global CLIP-S", "local (S_base)", "+ refinement (S_refine)", "+ binding diff (S_local)"):
+        assert f"swap: {row}" in metrics
+    assert {f"swap: full w=0.3 K={k}" for k in (1, 3, 5, 8, 10)} <= set(metrics)
+    for ln in metrics.values():
+        assert 0.0 <= float(ln.split("|")[6]) <= 1.0  # an accuracy
+    lgip = {ln.split("|")[3].strip() for ln in text.splitlines() if ln.startswith("| lgip |")}
+    assert {"E_inv", "E_sens (all)", "PR (all)", "PR (color)", "PR (object)"} <= lgip

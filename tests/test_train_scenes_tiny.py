@@ -226,6 +226,9 @@ def test_recipe_option_errors(tmp_path, capsys):
 
     with pytest.raises(CapscoreError, match="dense"):  # checked before the model is touched
         get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"dense": "sparc"}))
+    # 'none' is one of dense's words, not a missing value (the global-only twin's --set dense=none)
+    assert resolve_params(get_recipe("scenes-tiny"), {"dense": "none"})["dense"] == "none"
+    assert resolve_params(get_recipe("contrastive"), {"freeze": "none"})["freeze"] is None
 
 
 def test_missing_weights_is_a_one_line_error(tmp_path):

@@ -273,7 +273,8 @@ def resolve_params(recipe: Recipe, overrides: dict[str, str]) -> dict:
             raise unknown_name(f"parameter of recipe {recipe.name!r}", key, p)
         default = p[key]
         try:
-            if raw.lower() in ("none", "null"):
+            if raw.lower() in ("none", "null") and not (isinstance(default, str) and default):
+                # no value; but a parameter whose default is a non-empty word keeps it (dense=none is a choice)
                 p[key] = None
             elif isinstance(default, bool) or isinstance(default, int) and not isinstance(default, bool):
                 p[key] = int(raw)
