@@ -1,4 +1,4 @@
-"""Powered miniature replications (issue 11, part 3) — the skeleton: one experiment, the table format.
+"""Powered miniature replications (issue 11, part 3): ABE-CLIP and LGIP written; SPECS, PR-MCS, PAC-S not yet.
 
 Each experiment is a function ``(model spec, seed, n, eval seed) -> {metric: per-item values}``; the
 script runs it for every (model, seed), and the table gives, per metric and model, the mean over
@@ -8,20 +8,23 @@ seeds with two 95 % intervals:
 * across items: percentile bootstrap over evaluation items, resampled within each seed and
   averaged over seeds (``scipy.stats.bootstrap``, 2000 resamples, seeded).
 
-Implemented experiments:
+A seed changes the evaluation scenes (``eval_seed + seed``) and, for a random-init spec, the weights;
+a trained model is one training run (a spec may contain ``{seed}`` to load one model per seed, e.g.
+``ckpt:runs/v2-s{seed}/model.safetensors``). Scenes are drawn at the model's input size.
 
-``flips``  correct-vs-flawed accuracy per error kind (colour, shape, count, attribute swap,
-           relation, hallucination) of global CLIP-S on held-out scenes, seen combinations
-           (:func:`capscore.scenes.evaluate.flip_items`: one flip per kind per scene).
-           The model spec may contain ``{seed}``: ``runs/v2-s{seed}/model.safetensors`` evaluates
-           one trained model per seed; without it, the seed only changes the evaluation scenes.
+Experiments (see each function's docstring):
 
-Not yet written (the issue's list; a later session adds them as rows of ``EXPERIMENTS``): ABE-CLIP
-ablation and K sweep, SPECS stretch → SPECS vs equal-steps contrastive control, PR-MCS drops
-before/after fine-tuning, PAC-S low-data regime, LGIP E_inv / E_sens / PR per flip type.
+``flips``  correct-vs-flawed accuracy per error kind of global CLIP-S, seen combinations.
+``abe``    ABE-CLIP ablation rows (global, local, + refinement, + binding difference, full ω = 0.3)
+           and the K sweep {1, 3, 5, 8, 10} on attribute swaps, relation flips and colour flips.
+``lgip``   LGIP E_inv, E_sens and PR overall and per flip type on held-out short captions.
 
-    python benchmarks/replicate.py --smoke --out /tmp/rep.md        # seconds: random tiny models
-    python benchmarks/replicate.py --experiment flips --model scenes-tiny --seeds 0 1 2 --n 500 \\
+Not yet written: SPECS stretch → SPECS vs equal-steps contrastive control, PR-MCS drops before/after
+fine-tuning, PAC-S low-data regime (each needs training runs per seed).
+
+    python benchmarks/replicate.py --smoke --experiment abe lgip --out /tmp/rep.md      # random tiny models
+    python benchmarks/replicate.py --experiment lgip abe --model ckpt:runs/scenes-tiny-v2/model.safetensors \
+        ckpt:runs/scenes-tiny-v2-global/model.safetensors openclip:scenes-tiny-v2 --seeds 0 1 2 --n 500 \
         --out docs/replications.md
 """
 from __future__ import annotations
