@@ -191,3 +191,38 @@ def test_probe_with_ray_encoder_equals_single_process(tmp_path, make_images, sui
         for k, v in b.items():
             if isinstance(v, float):
                 assert abs(a[k] - v) <= 1e-6 or (v != v and a[k] != a[k]), k
+
+
+def test_decode_task_preprocesses_each_distinct_image_once_per_block(monkeypatch):
+    """A block whose rows repeat an image ships its pixels once (the actor caches them by key); the
+    single-process engine decodes it once too. Pure function: no cluster needed."""
+    import io
+    import pickle
+
+    import pyarrow as pa
+    from PIL import Image
+
+    from capscore.backbones import load_backbone
+    from capscore.data.records import Record
+    from capscore.embed.images import ImageRef
+    from capscore.engines import ray as R
+
+    def png(colour):
+        buf = io.BytesIO()
+        Image.new("RGB", (8, 8), colour).save(buf, format="PNG")
+        return buf.getvalue()
+
+    red, blue = png((255, 0, 0)), png((0, 0, 255))
+    recs = [Record(f"r{i}", ImageRef(data=d, name=f"s:{i}"), "a caption") for i, d in enumerate([red, blue, red, red])]
+    bb = R.preprocess_only(load_backbone("capscore-test-tiny", seed=0))
+    calls = []
+    real = bb.preprocess
+    monkeypatch.setattr(bb, "preprocess", lambda im: calls.append(1) or real(im))
+    batch = pa.table({"item": pa.array([pickle.dumps(r) for r in recs] + [b""], pa.binary())})
+    out = R.prepare_block(batch, backbone=bb)
+    keys, px = out.column("key").to_pylist(), out.column("px").to_pylist()
+    assert len(calls) == 2  # red and blue, once each
+    assert keys[0] == keys[2] == keys[3] != keys[1] and keys[4] == ""
+    assert px[0] and px[1] and px[2] == px[3] == px[4] == b""
+    one = np.frombuffer(px[0], np.float32)
+    assert np.array_equal(one, real(Image.open(io.BytesIO(red)).convert("RGB")).numpy().ravel())

@@ -78,8 +78,10 @@ def _table(rows, pa):
 
 
 def prepare_block(batch, *, backbone):
-    """CPU task: read, hash, decode and preprocess each record's image; failures are left to the actor,
-    which meets them again in ``encode_images`` and reports them exactly as the single-process engine."""
+    """CPU task: read and hash each record's image, decode and preprocess each distinct image once per
+    block (a repeated image ships its key only; the actor has its pixels from the first occurrence);
+    failures are left to the actor, which meets them again in ``encode_images`` and reports them exactly
+    as the single-process engine."""
     import pyarrow as pa
 
     from capscore.data.records import Record
@@ -88,7 +90,7 @@ def prepare_block(batch, *, backbone):
     from capscore.embed.engine import Encoder, MemoryCache
 
     decoder = Encoder(backbone, cache=MemoryCache(max_items=1))  # its _decode: the engine's RGB-order rule
-    keys, pixels = [], []
+    keys, pixels, seen = [], [], set()
     for blob in batch.column("item").to_pylist():
         key, px = "", b""
         if blob:
@@ -96,8 +98,10 @@ def prepare_block(batch, *, backbone):
             if isinstance(item, Record):
                 try:
                     key, payload = item.image.read()
-                    px = backbone.preprocess(decoder._decode(item.image, payload)).numpy()
-                    px = px.astype(np.float32, copy=False).tobytes()
+                    if key not in seen:
+                        px = backbone.preprocess(decoder._decode(item.image, payload)).numpy()
+                        px = px.astype(np.float32, copy=False).tobytes()
+                        seen.add(key)
                 except InputError:
                     key, px = "", b""
         keys.append(key)
@@ -309,6 +313,12 @@ def run_score(args, source, *, metric, prefix: str) -> int:
 def _init(ray, args):
     from ray.data import DataContext
 
+    quiet = getattr(args, "quiet", False)
+    if quiet:  # -q: no Ray Data INFO/WARNING lines ("execution finished in …", "Progress bars disabled"),
+        import logging  # and no C++ core-worker notices (read at ray.init); failures still raise
+
+        logging.getLogger("ray.data").setLevel(logging.ERROR)
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     if not ray.is_initialized():
         try:
             ray.init(address=args.address, include_dashboard=False, log_to_driver=False,
@@ -316,7 +326,7 @@ def _init(ray, args):
         except ConnectionError as e:
             raise CapscoreError(f"--address {args.address}: cannot connect to a Ray cluster ({e})") from None
     ctx = DataContext.get_current()
-    ctx.enable_progress_bars = not getattr(args, "quiet", False)
+    ctx.enable_progress_bars = not quiet
     ctx.print_on_execution_start = False
     ctx.verbose_stats_logs = False
     return ctx
