@@ -1,4 +1,4 @@
-"""Powered miniature replications (issue 11, part 3): ABE-CLIP and LGIP written; SPECS, PR-MCS, PAC-S not yet.
+"""Powered miniature replications (issue 11, part 3): ABE-CLIP, LGIP and PR-MCS written; SPECS, PAC-S not yet.
 
 Each experiment is a function ``(model spec, seed, n, eval seed) -> {metric: per-item values}``; the
 script runs it for every (model, seed), and the table gives, per metric and model, the mean over
@@ -18,14 +18,19 @@ Experiments (see each function's docstring):
 ``abe``    ABE-CLIP ablation rows (global, local, + refinement, + binding difference, full ω = 0.3)
            and the K sweep {1, 3, 5, 8, 10} on attribute swaps, relation flips and colour flips.
 ``lgip``   LGIP E_inv, E_sens and PR overall and per flip type on held-out short captions.
+``prmcs``  PR-MCS: per seed, distil a multilingual student from ``--model``, then fine-tune it in three
+           arms (control without the perturbation terms, the paper's λ, ×10) with equal steps; % score
+           drop per language and per perturbation (trains: ``--distill-steps``, ``--train-steps``,
+           ``--work``; a finished run is reused, an interrupted one resumed).
 
-Not yet written: SPECS stretch → SPECS vs equal-steps contrastive control, PR-MCS drops before/after
-fine-tuning, PAC-S low-data regime (each needs training runs per seed).
+Not yet written: SPECS stretch → SPECS vs equal-steps contrastive control, PAC-S low-data regime.
 
     python benchmarks/replicate.py --smoke --experiment abe lgip --out /tmp/rep.md      # random tiny models
     python benchmarks/replicate.py --experiment lgip abe --model ckpt:runs/scenes-tiny-v2/model.safetensors \
         ckpt:runs/scenes-tiny-v2-global/model.safetensors openclip:scenes-tiny-v2 --seeds 0 1 2 --n 500 \
         --out docs/replications.md
+    python benchmarks/replicate.py --experiment prmcs --model scenes-tiny --seeds 0 1 2 --n 500 \
+        --distill-steps 150 --train-steps 150 --work runs/replicate --out rep-prmcs.md      # ~35 min
 """
 from __future__ import annotations
 
@@ -133,7 +138,92 @@ def lgip(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-EXPERIMENTS = {"flips": flips, "abe": abe, "lgip": lgip}
+# ----------------------------------------------------------------------------- PR-MCS
+# Training budget for the experiments that train (set from the command line; --smoke shrinks it).
+TRAIN = {"distill": 100, "steps": 200, "scenes": 1024, "batch": 32, "lr": 5e-4, "work": "runs/replicate"}
+PRMCS_LANGS = ("en", "de", "fr", "es", "ja")
+# (λ1, λ2, λ3) per arm. The control keeps L_CLIP + λ1·L1 and drops the two perturbation terms (the
+# paper's ingredient); "×10" is a dose-response check: if the drop grows with λ2, λ3 the terms act in
+# the right direction and the paper-λ null is a matter of weight at this scale, not a bug.
+PRMCS_ARMS = {"control λ=(0.1,0,0)": (0.1, 0.0, 0.0), "PR-MCS λ=(0.1,0.05,0.05)": (0.1, 0.05, 0.05),
+              "PR-MCS ×10 λ=(0.1,0.5,0.5)": (0.1, 0.5, 0.5)}
+
+
+def _train(recipe: str, start: str, out: Path, seed: int, steps: int, *sets: str) -> str:
+    """Train once into ``out``: skipped when ``out/model.safetensors`` exists, resumed from its last checkpoint
+    when it was interrupted."""
+    from capscore.cli import main as cli
+    from capscore.train.loop import latest_checkpoint
+
+    if not (out / "model.safetensors").exists():
+        argv = ["-q", "train", recipe, "--model", start, "--data", f"scenes:{TRAIN['scenes']}",
+                "--batch-size", str(TRAIN["batch"]), "--lr", str(TRAIN["lr"]), "--warmup", "10",
+                "--steps", str(steps), "--seed", str(seed), "--eval-scenes", "0", "--ckpt-every", "50", "--out", str(out)]
+        if latest_checkpoint(out / "checkpoints"):
+            argv.append("--resume")  # an interrupted run continues
+        for s in sets:
+            argv += ["--set", s]
+        if cli(argv) != 0:
+            raise SystemExit(f"training failed: capscore {' '.join(argv)}")
+    return f"ckpt:{out / 'model.safetensors'}"
+
+
+def _drops_pct(enc, scenes, img, lang: str, seed: int) -> dict[str, np.ndarray]:
+    """Per item 100·(s(o) − s(p)) / mean s(o) with s = max(cos, 0) (the CLIP-S clamp; w cancels): the
+    mean over items is the paper's % score drop (Table 2: 1 − mean score(perturbed) / mean score(o))."""
+    from capscore.perturb.prmcs import PERTURBATIONS, perturb
+
+    orig = [s.short_caption(lang) for s in scenes]
+    s_o = (img * enc.encode_texts(orig)).sum(-1).clamp(min=0).numpy()
+    out = {}
+    for kind in PERTURBATIONS:
+        if kind == "substitution" and lang != "en":  # needs nouns (spaCy English)
+            continue
+        pert = [perturb(o, kind, seed=seed + i, ensure_change=True) for i, o in enumerate(orig)]
+        keep = [i for i, p in enumerate(pert) if p.ok]
+        s_p = (img[keep] * enc.encode_texts([pert[i].text for i in keep])).sum(-1).clamp(min=0).numpy()
+        out[kind] = 100 * (s_o[keep] - s_p) / max(float(s_o[keep].mean()), 1e-6)
+    return out
+
+
+def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+    """PR-MCS (Kim et al., 2023, §3.1, §3.4, Table 2): from ``spec`` (an English CLIP) per seed,
+    ``distill`` steps of multilingual distillation (student text tower ← frozen teacher, languages
+    de/fr/es/ja + en), then ``steps`` of fine-tuning from that one student in each arm of
+    ``PRMCS_ARMS`` (same data, seed and steps). Measured on ``n`` held-out scenes' short captions
+    per language: the % score drop (positive = penalised, the paper's goal) pooled over the five
+    perturbations per language and over the languages per perturbation (substitution: English
+    only); for the teacher, the distilled student and each fine-tuned arm."""
+    from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.scenes import generate_scenes, render_size
+
+    work = Path(TRAIN["work"]) / f"prmcs-s{seed}"
+    student = _train("prmcs", spec, work / "distill", seed, TRAIN["distill"], f"distill_steps={TRAIN['distill']}")
+    models = {"teacher": spec, "distilled": student}
+    for arm, (l1, l2, l3) in PRMCS_ARMS.items():
+        tag = "-".join(str(x) for x in (l1, l2, l3))
+        models[arm] = _train("prmcs", student, work / f"ft-{tag}", seed, TRAIN["steps"], "distill_steps=0",
+                             f"lambda1={l1}", f"lambda2={l2}", f"lambda3={l3}")
+    out = {}
+    for name, m in models.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            enc = Encoder(load_backbone(m, seed=seed), cache=MemoryCache())
+        scenes = generate_scenes(n, seed=eval_seed + seed, split="heldout", size=render_size(enc))
+        img = enc.encode_images([s.render() for s in scenes])
+        by_kind: dict[str, list] = {}
+        for lang in PRMCS_LANGS:
+            drops = _drops_pct(enc, scenes, img, lang, eval_seed + seed)
+            out[f"{name}: {lang}, all perturbations"] = np.concatenate(list(drops.values()))
+            for kind, v in drops.items():
+                by_kind.setdefault(kind, []).append(v)
+        for kind, vs in by_kind.items():
+            out[f"{name}: {kind}, all languages"] = np.concatenate(vs)
+    return out
+
+
+EXPERIMENTS = {"flips": flips, "abe": abe, "lgip": lgip, "prmcs": prmcs}
 
 
 def seed_interval(means: list[float]) -> tuple[float, float]:
@@ -198,10 +288,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-seed", type=int, default=12345)
     ap.add_argument("--out", default="docs/replications.md")
     ap.add_argument("--smoke", action="store_true",
-                    help="seconds-long check of --experiment: random-init capscore-test-tiny, 3 seeds, 8 scenes")
+                    help="seconds-long check of --experiment: random-init capscore-test-tiny, 3 seeds, 8 scenes, "
+                         "2-step training runs")
+    ap.add_argument("--distill-steps", type=int, default=TRAIN["distill"], help="prmcs: distillation steps")
+    ap.add_argument("--train-steps", type=int, default=TRAIN["steps"], help="prmcs: fine-tuning steps per arm")
+    ap.add_argument("--train-scenes", type=int, default=TRAIN["scenes"], help="training scenes per seed")
+    ap.add_argument("--batch-size", type=int, default=TRAIN["batch"])
+    ap.add_argument("--lr", type=float, default=TRAIN["lr"])
+    ap.add_argument("--work", default=TRAIN["work"],
+                    help="training runs go here; a run whose model.safetensors exists is reused (resume)")
     a = ap.parse_args(argv)
     if a.smoke:
         a.model, a.seeds, a.n = ["capscore-test-tiny"], [0, 1, 2], 8
+        a.distill_steps, a.train_steps, a.train_scenes, a.batch_size = 2, 2, 16, 8
+    TRAIN.update(distill=a.distill_steps, steps=a.train_steps, scenes=a.train_scenes, batch=a.batch_size,
+                 lr=a.lr, work=a.work)
     if a.n < 2:
         ap.error("--n must be >= 2")
     command = "python benchmarks/replicate.py " + " ".join(argv if argv is not None else sys.argv[1:])

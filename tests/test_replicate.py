@@ -56,3 +56,56 @@ def test_smoke_abe_and_lgip_sections(tmp_path):
         assert 0.0 <= float(ln.split("|")[6]) <= 1.0  # an accuracy
     lgip = {ln.split("|")[3].strip() for ln in text.splitlines() if ln.startswith("| lgip |")}
     assert {"E_inv", "E_sens (all)", "PR (all)", "PR (color)", "PR (object)"} <= lgip
+
+
+def test_smoke_prmcs_trains_each_arm_once_and_reports_percent_drops(tmp_path):
+    out, work = tmp_path / "rep.md", tmp_path / "runs"
+    argv = ["--smoke", "--experiment", "prmcs", "--seeds", "0", "1", "--work", str(work), "--out", str(out)]
+    assert rep.main(argv) == 0
+    models = sorted(p.parent for p in work.glob("prmcs-s0/*/model.safetensors"))
+    assert [m.name for m in models] == ["distill", "ft-0.1-0.0-0.0", "ft-0.1-0.05-0.05", "ft-0.1-0.5-0.5"]
+    metrics = {ln.split("|")[3].strip() for ln in out.read_text().splitlines() if ln.startswith("| prmcs |")}
+    for name in ["teacher", "distilled", *rep.PRMCS_ARMS]:
+        assert {f"{name}: {lang}, all perturbations" for lang in rep.PRMCS_LANGS} <= metrics
+        assert f"{name}: substitution, all languages" in metrics and f"{name}: jumble, all languages" in metrics
+    stamps = [m.joinpath("model.safetensors").stat().st_mtime_ns for m in models]
+    assert rep.main(argv) == 0  # a rerun reuses the finished runs instead of training again
+    assert [m.joinpath("model.safetensors").stat().st_mtime_ns for m in models] == stamps
+
+
+class _Enc:
+    """cos(image i, text t) = the number written in t (images are unit vectors e_0)."""
+
+    def encode_texts(self, texts):
+        import torch
+
+        vals = [float(t.split()[0]) if t.split()[0].replace(".", "").isdigit() else 0.0 for t in texts]
+        return torch.tensor([[v, (1 - v * v) ** 0.5] for v in vals])
+
+
+def test_percent_drop_is_one_minus_the_ratio_of_mean_scores(monkeypatch):
+    import torch
+
+    import capscore.perturb.prmcs as P
+
+    class Scene:
+        def __init__(self, c):
+            self.c = c
+
+        def short_caption(self, lang):
+            return f"{self.c} a red square"
+
+    # every perturbation maps the caption to cosine 0.2 (and -0.3 for the last: clamped to 0)
+    def fake(text, kind, **_):
+        v = "-0.3" if text.startswith("0.8") else "0.2"
+        return P.Perturbed(original=text, kind=kind, text=f"{v} x")
+
+    monkeypatch.setattr(P, "perturb", fake)
+    scenes = [Scene(c) for c in ("0.6", "0.4", "0.8")]
+    img = torch.tensor([[1.0, 0.0]] * 3)
+    drops = rep._drops_pct(_Enc(), scenes, img, "de", 0)
+    assert set(drops) == set(P.PERTURBATIONS) - {"substitution"}
+    # mean s(o) = 0.6; mean s(p) = (0.2 + 0.2 + 0) / 3; the paper's % drop = 100 (1 - s(p)/s(o))
+    expected = 100 * (1 - (0.4 / 3) / 0.6)
+    for v in drops.values():
+        assert v.mean() == pytest.approx(expected)
