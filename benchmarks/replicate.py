@@ -1,4 +1,4 @@
-"""Powered miniature replications (issue 11, part 3): ABE-CLIP, LGIP and PR-MCS written; SPECS, PAC-S not yet.
+"""Powered miniature replications (issue 11, part 3): ABE-CLIP, LGIP, PR-MCS and SPECS written; PAC-S not yet.
 
 Each experiment is a function ``(model spec, seed, n, eval seed) -> {metric: per-item values}``; the
 script runs it for every (model, seed), and the table gives, per metric and model, the mean over
@@ -18,12 +18,15 @@ Experiments (see each function's docstring):
 ``abe``    ABE-CLIP ablation rows (global, local, + refinement, + binding difference, full ω = 0.3)
            and the K sweep {1, 3, 5, 8, 10} on attribute swaps, relation flips and colour flips.
 ``lgip``   LGIP E_inv, E_sens and PR overall and per flip type on held-out short captions.
+``specs``  SPECS: per seed, a LongCLIP stretch + long-caption contrastive start, then SPECS vs an
+           equal-steps contrastive control; SR_pos / SR_neg / mean on held-out long captions whose
+           wrong unit is a controlled false fact.
 ``prmcs``  PR-MCS: per seed, distil a multilingual student from ``--model``, then fine-tune it in three
            arms (control without the perturbation terms, the paper's λ, ×10) with equal steps; % score
            drop per language and per perturbation (trains: ``--distill-steps``, ``--train-steps``,
            ``--work``; a finished run is reused, an interrupted one resumed).
 
-Not yet written: SPECS stretch → SPECS vs equal-steps contrastive control, PAC-S low-data regime.
+Not yet written: the PAC-S low-data regime, and SPECS's Table 5 grid (loss weights at fixed ε).
 
     python benchmarks/replicate.py --smoke --experiment abe lgip --out /tmp/rep.md      # random tiny models
     python benchmarks/replicate.py --experiment lgip abe --model ckpt:runs/scenes-tiny-v2/model.safetensors \
@@ -149,7 +152,7 @@ PRMCS_ARMS = {"control λ=(0.1,0,0)": (0.1, 0.0, 0.0), "PR-MCS λ=(0.1,0.05,0.05
               "PR-MCS ×10 λ=(0.1,0.5,0.5)": (0.1, 0.5, 0.5)}
 
 
-def _train(recipe: str, start: str, out: Path, seed: int, steps: int, *sets: str) -> str:
+def _train(recipe: str, start: str, out: Path, seed: int, steps: int, *sets: str, extra: tuple = ()) -> str:
     """Train once into ``out``: skipped when ``out/model.safetensors`` exists, resumed from its last checkpoint
     when it was interrupted."""
     from capscore.cli import main as cli
@@ -161,6 +164,7 @@ def _train(recipe: str, start: str, out: Path, seed: int, steps: int, *sets: str
                 "--steps", str(steps), "--seed", str(seed), "--eval-scenes", "0", "--ckpt-every", "50", "--out", str(out)]
         if latest_checkpoint(out / "checkpoints"):
             argv.append("--resume")  # an interrupted run continues
+        argv += list(extra)
         for s in sets:
             argv += ["--set", s]
         if cli(argv) != 0:
@@ -222,8 +226,81 @@ def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
             out[f"{name}: {kind}, all languages"] = np.concatenate(vs)
     return out
 
+# ----------------------------------------------------------------------------- SPECS
+# One optimiser for every SPECS-experiment run, so that the arms differ only in the objective
+# (the specs recipe's own defaults — accum 4, Adam betas (0.9, 0.999) — would otherwise differ from
+# the contrastive recipe's).
+SPECS_OPTIM = ("--accum", "1", "--weight-decay", "0.01", "--betas", "0.9,0.999", "--eps", "1e-8")
 
-EXPERIMENTS = {"flips": flips, "abe": abe, "lgip": lgip, "prmcs": prmcs}
+
+def _specificity_items(scenes, seed: int):
+    """Held-out long captions with a *controlled* wrong unit per step: the wrong detail for step k is
+    the true unit k+1 made false about the image (one colour / shape / count / region / total changed,
+    or a relation reversed: ``capscore.scenes.captions._corrupt``), so P_k + wrong and P_{k+1} differ in
+    exactly one false fact (SPECS §3.2: the wrong detail must not be true of the image)."""
+    from capscore.probes.formats import ProbeItem
+    from capscore.scenes.lexicon import realise
+
+    items, units = [], []
+    for i, s in enumerate(scenes):
+        true, wrong = _true_and_wrong_units(s, np.random.default_rng([seed, i]))
+        words = [realise(u, "en") for u in true]
+        items.append(ProbeItem(s.id, s.render(), " ".join(words),
+                               wrong_units=tuple(realise(u, "en") for u in wrong)))
+        units.append(words)
+    return items, units
+
+
+def _true_and_wrong_units(scene, rng):
+    """The scene's detail units, and for each step k the unit k+1 corrupted into a false statement."""
+    from capscore.scenes import captions as C
+
+    us = C.detail_units(scene)
+    return us, [C._corrupt(scene, u, rng) for u in us[1:]]
+
+
+def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+    """SPECS (Chen et al., 2025, §3.2 SR, §3.3 loss, Table 1): per seed, a LongCLIP stretch of ``spec``
+    (77 → 248 positions) plus ``distill`` steps of long-caption contrastive training (the shared start),
+    then ``steps`` of SPECS vs ``steps`` of the same contrastive training (the control: same data,
+    seed, steps, optimiser). Measured on ``n`` held-out scenes' long captions with controlled wrong
+    units (:func:`_specificity_items`): SR_pos (adding a true unit raises the score) and SR_neg (adding
+    a false one lowers it) per triplet (eqs. 1-2), and their mean per image."""
+    from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.probes.run import run_specificity
+    from capscore.scenes import generate_scenes, render_size
+
+    work = Path(TRAIN["work"]) / f"specs-s{seed}"
+    start = _train("contrastive", spec, work / "long", seed, TRAIN["distill"], "stretch=1", extra=SPECS_OPTIM)
+    models = {"stretched + long contrastive (start)": start,
+              "+ SPECS": _train("specs", start, work / "specs", seed, TRAIN["steps"], extra=SPECS_OPTIM),
+              "+ contrastive (control)": _train("contrastive", start, work / "control", seed, TRAIN["steps"],
+                                                extra=SPECS_OPTIM)}
+    out = {}
+    for name, m in models.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            enc = Encoder(load_backbone(m, seed=seed), cache=MemoryCache())
+        scenes = generate_scenes(n, seed=eval_seed + seed, split="heldout", size=render_size(enc))
+        items, units = _specificity_items(scenes, eval_seed + seed)
+        rows = run_specificity(enc, items, units=units, seed=eval_seed + seed).rows
+        pos, neg, per_image = [], [], []
+        for r in rows:
+            ps, ws = r["prefix_scores"], r["wrong_scores"]
+            p = [float(ps[k + 1] > ps[k]) for k in range(len(ps) - 1)]
+            q = [float(ps[k] > w) for k, w in enumerate(ws) if w is not None]
+            pos += p
+            neg += q
+            if p and q:
+                per_image.append((np.mean(p) + np.mean(q)) / 2)
+        out[f"{name}: SR_pos (triplets)"] = np.array(pos)
+        out[f"{name}: SR_neg (triplets)"] = np.array(neg)
+        out[f"{name}: SR mean (per image)"] = np.array(per_image)
+    return out
+
+
+EXPERIMENTS = {"flips": flips, "abe": abe, "lgip": lgip, "prmcs": prmcs, "specs": specs}
 
 
 def seed_interval(means: list[float]) -> tuple[float, float]:

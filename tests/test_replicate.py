@@ -109,3 +109,33 @@ def test_percent_drop_is_one_minus_the_ratio_of_mean_scores(monkeypatch):
     expected = 100 * (1 - (0.4 / 3) / 0.6)
     for v in drops.values():
         assert v.mean() == pytest.approx(expected)
+
+
+def test_specs_wrong_units_are_false_facts_about_the_image_and_true_units_are_true():
+    from capscore.scenes import captions as C
+    from capscore.scenes import generate_scenes
+
+    checked = 0
+    for i, scene in enumerate(generate_scenes(30, seed=7, split="heldout")):
+        truth = C.truth(scene)
+        true, wrong = rep._true_and_wrong_units(scene, np.random.default_rng([0, i]))
+        assert len(wrong) == len(true) - 1
+        for u in true:
+            assert u.facts() <= truth
+        for k, w in enumerate(wrong):
+            assert w.facts() - truth, (scene.id, k, w)  # states something the image does not show
+            assert w.form == true[k + 1].form  # same kind of detail as the true unit it replaces
+            checked += 1
+    assert checked > 60
+
+
+def test_smoke_specs_trains_a_shared_start_and_two_arms(tmp_path):
+    out, work = tmp_path / "rep.md", tmp_path / "runs"
+    assert rep.main(["--smoke", "--experiment", "specs", "--seeds", "0", "1", "--work", str(work),
+                     "--out", str(out)]) == 0
+    assert sorted(p.parent.name for p in work.glob("specs-s1/*/model.safetensors")) == ["control", "long", "specs"]
+    rows = [ln for ln in out.read_text().splitlines() if ln.startswith("| specs |")]
+    for arm in ("stretched + long contrastive (start)", "+ SPECS", "+ contrastive (control)"):
+        for metric in ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)"):
+            (row,) = [r for r in rows if r.split("|")[3].strip() == f"{arm}: {metric}"]
+            assert 0.0 <= float(row.split("|")[6]) <= 1.0

@@ -279,3 +279,21 @@ def test_graded_captions_cover_a_range_of_f1(scenes):
     f1 = [o.f1 for s in scenes[:40] for _, o in s.graded(rng, n=6)]
     assert min(f1) < 0.4 and max(f1) > 0.9 and len({round(x, 2) for x in f1}) > 30
 
+
+
+def test_corrupted_units_are_false_for_every_form_including_symmetric_relations():
+    """graded captions and the SPECS replication's wrong details rely on ``_corrupt`` stating something
+    false; "next to" is its own converse, so reversing it would have stated a true fact."""
+    import numpy as np
+
+    from capscore.scenes import captions as C
+    from capscore.scenes import generate_scenes
+
+    forms = set()
+    for i, scene in enumerate(generate_scenes(40, seed=3)):
+        truth, rng = C.truth(scene), np.random.default_rng(i)
+        for u in C.detail_units(scene):
+            bad = C._corrupt(scene, u, rng)
+            assert bad.facts() - truth, (scene.id, u, bad)
+            forms.add(u.form if u.form != "relation" else u.claims[0].rel)
+    assert {"total", "exists", "where", "next to"} <= forms

@@ -338,7 +338,15 @@ def _corrupt(scene: "Scene", u: Unit, rng: np.random.Generator) -> Unit:
     if u.form == "where":
         return Unit("where", (Where(c.m, _pick(rng, [r for r in REGIONS if r != c.region])),))
     if u.form == "relation":
-        return Unit("relation", (Relation(c.a, CONVERSE[c.rel], c.b),))
+        if c.rel != "next to":
+            return Unit("relation", (Relation(c.a, CONVERSE[c.rel], c.b),))
+        # "next to" is symmetric (its converse states the same fact): claim a direction that does not hold
+        known = truth(scene)
+        false = [r for r in ("left of", "right of", "above", "below")
+                 if relation_fact(c.a.key, r, c.b.key) not in known]
+        if false:
+            return Unit("relation", (Relation(c.a, _pick(rng, false), c.b),))
+        return Unit("relation", (Relation(Mention(c.a.shape, c.a.color, c.a.count + 1), c.rel, c.b),))
     m: Mention = c
     options = [("count", None)]
     if _free_pairs(scene, shape=m.shape):
