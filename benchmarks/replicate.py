@@ -172,6 +172,14 @@ def _train(recipe: str, start: str, out: Path, seed: int, steps: int, *sets: str
     return f"ckpt:{out / 'model.safetensors'}"
 
 
+def _heldout(model: str, seed: int, n: int, eval_seed: int):
+    """(encoder of a trained model, its ``n`` held-out evaluation scenes drawn at the model's input size)."""
+    from capscore.scenes import generate_scenes, render_size
+
+    enc = _load(model, seed)
+    return enc, generate_scenes(n, seed=eval_seed + seed, split="heldout", size=render_size(enc))
+
+
 def _drops_pct(enc, scenes, img, lang: str, seed: int) -> dict[str, np.ndarray]:
     """Per item 100·(s(o) − s(p)) / mean s(o) with s = max(cos, 0) (the CLIP-S clamp; w cancels): the
     mean over items is the paper's % score drop (Table 2: 1 − mean score(perturbed) / mean score(o))."""
@@ -198,10 +206,6 @@ def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
     per language: the % score drop (positive = penalised, the paper's goal) pooled over the five
     perturbations per language and over the languages per perturbation (substitution: English
     only); for the teacher, the distilled student and each fine-tuned arm."""
-    from capscore.backbones import load_backbone
-    from capscore.embed.engine import Encoder, MemoryCache
-    from capscore.scenes import generate_scenes, render_size
-
     work = Path(TRAIN["work"]) / f"prmcs-s{seed}"
     student = _train("prmcs", spec, work / "distill", seed, TRAIN["distill"], f"distill_steps={TRAIN['distill']}")
     models = {"teacher": spec, "distilled": student}
@@ -211,10 +215,7 @@ def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
                              f"lambda1={l1}", f"lambda2={l2}", f"lambda3={l3}")
     out = {}
     for name, m in models.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            enc = Encoder(load_backbone(m, seed=seed), cache=MemoryCache())
-        scenes = generate_scenes(n, seed=eval_seed + seed, split="heldout", size=render_size(enc))
+        enc, scenes = _heldout(m, seed, n, eval_seed)
         img = enc.encode_images([s.render() for s in scenes])
         by_kind: dict[str, list] = {}
         for lang in PRMCS_LANGS:
@@ -266,10 +267,7 @@ def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
     seed, steps, optimiser). Measured on ``n`` held-out scenes' long captions with controlled wrong
     units (:func:`_specificity_items`): SR_pos (adding a true unit raises the score) and SR_neg (adding
     a false one lowers it) per triplet (eqs. 1-2), and their mean per image."""
-    from capscore.backbones import load_backbone
-    from capscore.embed.engine import Encoder, MemoryCache
     from capscore.probes.run import run_specificity
-    from capscore.scenes import generate_scenes, render_size
 
     work = Path(TRAIN["work"]) / f"specs-s{seed}"
     start = _train("contrastive", spec, work / "long", seed, TRAIN["distill"], "stretch=1", extra=SPECS_OPTIM)
@@ -279,10 +277,7 @@ def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
                                                 extra=SPECS_OPTIM)}
     out = {}
     for name, m in models.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            enc = Encoder(load_backbone(m, seed=seed), cache=MemoryCache())
-        scenes = generate_scenes(n, seed=eval_seed + seed, split="heldout", size=render_size(enc))
+        enc, scenes = _heldout(m, seed, n, eval_seed)
         items, units = _specificity_items(scenes, eval_seed + seed)
         rows = run_specificity(enc, items, units=units, seed=eval_seed + seed).rows
         pos, neg, per_image = [], [], []
