@@ -22,13 +22,15 @@ from capscore.train.scenes_tiny import HARD_NEGATIVE_KINDS, SceneStream, negativ
 # lr 1e-3, cosine to 10 %, weight decay 0.1 without embeddings, clip 1.0), produced on 2026-11-23 by
 # capscore.scenes.train.train (the separate scenes-tiny trainer, commit 5d2671d, deleted after this
 # test passed): TrainConfig(steps=4, batch_size=8, seed=1, warmup=2, log_every=1, save_every=0,
-# threads=2), its per-step losses and the SHA-256 of its final fp32 state dict (floating tensors in
-# sorted-key order: name bytes, then the tensor's float32 bytes); torch 2.14.1, x86_64, 2 threads.
+# threads=2), its per-step losses and sums of its final fp32 parameters; torch 2.14.1, x86_64, 2
+# threads. On that machine the recipe matched them exactly (and the state dict's SHA-256); on another
+# x86_64 CPU with the same torch (CI's, and this project's next machine) the second loss differs in
+# its 7th significant digit, because BLAS kernels are chosen per CPU. So the replaced trainer is
+# matched to float tolerance, and "bit for bit" is asserted where it can hold on any machine: two
+# runs of the recipe with the same seed give identical losses and identical weights.
 OLD_LOSSES = [2.6075432300567627, 2.7535204887390137, 2.673524856567383, 2.4023823738098145]
-OLD_SHA = "40bebea72a5dc9a8b898c468a35ef35dbccbcadb81e4e64c1b5045c4814a69cc"
 OLD_SUMS = {"logit_scale": 2.6564741134643555, "visual.conv1.weight": -1.552761154853215,
             "token_embedding.weight": 69.1082042352646, "text_projection": 7.172872492052193}
-OLD_ENV = ("2.14.1", "x86_64")
 
 
 def _state_sha(state: dict) -> str:
@@ -40,37 +42,42 @@ def _state_sha(state: dict) -> str:
     return h.hexdigest()
 
 
-def test_recipe_reproduces_the_replaced_trainer_bit_for_bit(tmp_path, capsys):
-    import platform
-
+def _short_run(out):
     from safetensors.torch import load_file
 
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        assert main(["train", "scenes-tiny", "--out", str(tmp_path), "--steps", "4", "--batch-size", "8",
+        assert main(["train", "scenes-tiny", "--out", str(out), "--steps", "4", "--batch-size", "8",
                      "--seed", "1", "--warmup", "2", "--eval-scenes", "0"]) == 0
     finally:
         torch.set_num_threads(threads)
-    log = [json.loads(ln) for ln in (tmp_path / "log.jsonl").read_text().splitlines()]
-    losses = [e["loss"] for e in log if "loss" in e]
-    state = load_file(str(tmp_path / "checkpoints" / "step-000004" / "model.safetensors"))
-    # on another CPU/BLAS/torch the last bits may differ: the values still agree closely
+    log = [json.loads(ln) for ln in (out / "log.jsonl").read_text().splitlines()]
+    state = load_file(str(out / "checkpoints" / "step-000004" / "model.safetensors"))
+    return [e["loss"] for e in log if "loss" in e], state
+
+
+def test_recipe_reproduces_the_replaced_trainer_and_itself_bit_for_bit(tmp_path, capsys):
+    from safetensors.torch import load_file
+
+    losses, state = _short_run(tmp_path / "a")
+    # the replaced trainer's recorded run, to float tolerance (kernels differ between CPUs)
     assert losses == pytest.approx(OLD_LOSSES, rel=1e-5)
     for k, v in OLD_SUMS.items():
         assert float(state[k].double().sum()) == pytest.approx(v, rel=1e-4, abs=1e-4)
-    if (torch.__version__.split("+")[0], platform.machine()) == OLD_ENV:
-        assert losses == OLD_LOSSES  # exact float equality: the same arithmetic in the same order
-        assert _state_sha(state) == OLD_SHA
+    # the same seed again: the same arithmetic in the same order, so exact equality
+    losses2, state2 = _short_run(tmp_path / "b")
+    assert losses2 == losses
+    assert _state_sha(state2) == _state_sha(state)
     # the bundled-format export: fp16, loadable by the bundled loader, equal to the fp32 weights
     from capscore.scenes.tiny import backbone_from_file
 
-    bundled = load_file(str(tmp_path / "scenes-tiny.safetensors"))
+    bundled = load_file(str(tmp_path / "a" / "scenes-tiny.safetensors"))
     assert all(v.dtype == torch.float16 for v in bundled.values())
     assert torch.equal(bundled["text_projection"], state["text_projection"].half())
-    bb = backbone_from_file(tmp_path / "scenes-tiny.safetensors", spec="x")
+    bb = backbone_from_file(tmp_path / "a" / "scenes-tiny.safetensors", spec="x")
     assert bb.embed_dim == 128
-    card = json.loads((tmp_path / "card.json").read_text())
+    card = json.loads((tmp_path / "a" / "card.json").read_text())
     assert card["recipe"] == "scenes-tiny" and card["train_config"]["lr"] == 1e-3
     assert card["train_config"]["grad_clip"] == 1.0 and card["base_model"] == "openclip:scenes-tiny"
 
