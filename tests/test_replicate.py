@@ -139,3 +139,27 @@ def test_smoke_specs_trains_a_shared_start_and_two_arms(tmp_path):
         for metric in ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)"):
             (row,) = [r for r in rows if r.split("|")[3].strip() == f"{arm}: {metric}"]
             assert 0.0 <= float(row.split("|")[6]) <= 1.0
+
+
+def test_smoke_pacs_trains_three_arms_from_one_start_differing_only_in_lambda(tmp_path):
+    import json
+
+    out, work = tmp_path / "rep.md", tmp_path / "runs"
+    assert rep.main(["--smoke", "--experiment", "pacs", "--model", "openclip:capscore-test-tiny", "--seeds", "0",
+                     "1", "--work", str(work), "--out", str(out)]) == 0
+    runs = sorted(p.parent for p in work.glob("pacs-s1/*/model.safetensors"))
+    assert [r.name for r in runs] == ["lambda-0.0", "lambda-0.05", "lambda-0.5"]
+    cards = [json.loads((r / "card.json").read_text()) for r in runs]
+    for card, lam in zip(cards, (0.0, 0.05, 0.5)):
+        p = dict(card["recipe_params"])
+        assert p.pop("lambda_v") == p.pop("lambda_t") == lam
+        assert p == {k: v for k, v in cards[0]["recipe_params"].items() if not k.startswith("lambda")}
+        # the same start, data and optimiser in every arm
+        assert (card["base_model"], card["data"], card["train_config"]) == (
+            cards[0]["base_model"], cards[0]["data"], cards[0]["train_config"])
+    rows = [ln for ln in out.read_text().splitlines() if ln.startswith("| pacs |")]
+    for arm in ("start", *rep.PACS_ARMS):
+        for metric in ("oracle τ-b", "oracle τ-c", "R@1 image→text"):
+            (row,) = [r for r in rows if r.split("|")[3].strip() == f"{arm}: {metric}"]
+            lo = 0.0 if metric.startswith("R@1") else -1.0
+            assert lo <= float(row.split("|")[6]) <= 1.0
