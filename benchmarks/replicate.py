@@ -322,7 +322,8 @@ def pacs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
     :data:`PACS_GRADED` graded captions each (prefixes of the long caption with 0-3 false units,
     sometimes a hallucinated object; oracle = F1 against the scene graph): Kendall τ-b and τ-c between
     cos(image, caption) and the oracle F1, pooled within blocks of :data:`PACS_BLOCK` scenes (one
-    item per block; the paper pools all pairs of a dataset), plus R@1 image→text on short captions."""
+    item per block; the paper pools all pairs of a dataset), plus R@1 image→text on short captions;
+    and, per item, each PAC-S arm minus the control (a paired difference: same scenes and blocks)."""
     from scipy.stats import kendalltau
 
     work = Path(TRAIN["work"]) / f"pacs-s{seed}"
@@ -346,6 +347,12 @@ def pacs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
                 [kendalltau(cos[b], f1[b], variant=variant).statistic for b in blocks])
         short = enc.encode_texts([s.short_caption() for s in scenes])
         out[f"{name}: R@1 image→text"] = ((img @ short.T).argmax(1).numpy() == np.arange(n)).astype(float)
+    # Paired: every arm is scored on the same scenes, captions and τ blocks of a seed, so arm − control
+    # per item removes the seed's shared variance (a random-init start differs a lot between seeds).
+    control = next(iter(PACS_ARMS))
+    for arm in list(PACS_ARMS)[1:]:
+        for metric in ("oracle τ-b", "R@1 image→text"):
+            out[f"{arm} − control: {metric}"] = out[f"{arm}: {metric}"] - out[f"{control}: {metric}"]
     return out
 
 

@@ -163,3 +163,9 @@ def test_smoke_pacs_trains_three_arms_from_one_start_differing_only_in_lambda(tm
             (row,) = [r for r in rows if r.split("|")[3].strip() == f"{arm}: {metric}"]
             lo = 0.0 if metric.startswith("R@1") else -1.0
             assert lo <= float(row.split("|")[6]) <= 1.0
+    mean = {r.split("|")[3].strip(): float(r.split("|")[6]) for r in rows}
+    control = next(iter(rep.PACS_ARMS))
+    for arm in list(rep.PACS_ARMS)[1:]:  # the paired rows are the arm's mean minus the control's
+        for metric in ("oracle τ-b", "R@1 image→text"):
+            assert mean[f"{arm} − control: {metric}"] == pytest.approx(
+                mean[f"{arm}: {metric}"] - mean[f"{control}: {metric}"], abs=2e-3)
