@@ -273,7 +273,8 @@ def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
     then ``steps`` of SPECS vs ``steps`` of the same contrastive training (the control: same data,
     seed, steps, optimiser). Measured on ``n`` held-out scenes' long captions with controlled wrong
     units (:func:`_specificity_items`): SR_pos (adding a true unit raises the score) and SR_neg (adding
-    a false one lowers it) per triplet (eqs. 1-2), and their mean per image."""
+    a false one lowers it) per triplet (eqs. 1-2), and their mean per image; and SPECS minus the
+    control per item (a paired difference: same scenes and triplets)."""
     from capscore.probes.run import run_specificity
 
     work = Path(TRAIN["work"]) / f"specs-s{seed}"
@@ -299,6 +300,10 @@ def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
         out[f"{name}: SR_pos (triplets)"] = np.array(pos)
         out[f"{name}: SR_neg (triplets)"] = np.array(neg)
         out[f"{name}: SR mean (per image)"] = np.array(per_image)
+    # Paired: both arms are scored on the same scenes, triplets and wrong units of a seed (which ones
+    # count depends only on the captions), so SPECS − control per item removes the seed's shared variance.
+    for metric in ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)"):
+        out[f"+ SPECS − control: {metric}"] = out[f"+ SPECS: {metric}"] - out[f"+ contrastive (control): {metric}"]
     return out
 
 

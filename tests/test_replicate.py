@@ -139,6 +139,10 @@ def test_smoke_specs_trains_a_shared_start_and_two_arms(tmp_path):
         for metric in ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)"):
             (row,) = [r for r in rows if r.split("|")[3].strip() == f"{arm}: {metric}"]
             assert 0.0 <= float(row.split("|")[6]) <= 1.0
+    mean = {r.split("|")[3].strip(): float(r.split("|")[6]) for r in rows}
+    for metric in ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)"):  # paired rows
+        assert mean[f"+ SPECS − control: {metric}"] == pytest.approx(
+            mean[f"+ SPECS: {metric}"] - mean[f"+ contrastive (control): {metric}"], abs=2e-3)
 
 
 def test_smoke_pacs_trains_three_arms_from_one_start_differing_only_in_lambda(tmp_path):
