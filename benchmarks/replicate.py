@@ -21,6 +21,8 @@ Experiments (see each function's docstring):
 ``specs``  SPECS: per seed, a LongCLIP stretch + long-caption contrastive start, then SPECS vs an
            equal-steps contrastive control; SR_pos / SR_neg / mean on held-out long captions whose
            wrong unit is a controlled false fact.
+``specs-grid``  SPECS Table 5 at miniature scale: from the same start, SPECS with α:β:γ = 1:8:0.8
+           (the paper's), 1:8:0.6, 1:9:0.8, and with a fixed ε = 1e-3 instead of the dynamic margin.
 ``prmcs``  PR-MCS: per seed, distil a multilingual student from ``--model``, then fine-tune it in three
            arms (control without the perturbation terms, the paper's λ, ×10) with equal steps; % score
            drop per language and per perturbation (trains: ``--distill-steps``, ``--train-steps``,
@@ -28,8 +30,6 @@ Experiments (see each function's docstring):
 ``pacs``   PAC-S: per seed, from a model that does not know scenes, train on a small real set
            (``--train-scenes``) in three arms (control λ = 0, the paper's λ = 0.05, ×10) with equal
            steps; Kendall τ-b / τ-c of cos against the oracle F1 of graded captions, and R@1.
-
-Not yet written: SPECS's Table 5 grid (loss weights at fixed ε).
 
     python benchmarks/replicate.py --smoke --experiment abe lgip --out /tmp/rep.md      # random tiny models
     python benchmarks/replicate.py --experiment lgip abe --model ckpt:runs/scenes-tiny-v2/model.safetensors \
@@ -39,6 +39,8 @@ Not yet written: SPECS's Table 5 grid (loss weights at fixed ε).
         --distill-steps 150 --train-steps 150 --work runs/replicate --out rep-prmcs.md      # ~35 min
     python benchmarks/replicate.py --experiment specs --model scenes-tiny --seeds 0 1 2 --n 500 \
         --distill-steps 100 --train-steps 100 --work runs/replicate --out rep-specs.md
+    python benchmarks/replicate.py --experiment specs-grid --model scenes-tiny --seeds 0 1 2 --n 500 \
+        --distill-steps 100 --train-steps 100 --work runs/replicate --out rep-specs-grid.md  # reuses specs's start
     python benchmarks/replicate.py --experiment pacs --model openclip:scenes-tiny --seeds 0 1 2 --n 500 \
         --train-scenes 128 --train-steps 300 --batch-size 32 --lr 1e-3 --work runs/replicate --out rep-pacs.md
 """
@@ -267,22 +269,20 @@ def _true_and_wrong_units(scene, rng):
     return us, [C._corrupt(scene, u, rng) for u in us[1:]]
 
 
-def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
-    """SPECS (Chen et al., 2025, §3.2 SR, §3.3 loss, Table 1): per seed, a LongCLIP stretch of ``spec``
-    (77 → 248 positions) plus ``distill`` steps of long-caption contrastive training (the shared start),
-    then ``steps`` of SPECS vs ``steps`` of the same contrastive training (the control: same data,
-    seed, steps, optimiser). Measured on ``n`` held-out scenes' long captions with controlled wrong
-    units (:func:`_specificity_items`): SR_pos (adding a true unit raises the score) and SR_neg (adding
-    a false one lowers it) per triplet (eqs. 1-2), and their mean per image; and SPECS minus the
-    control per item (a paired difference: same scenes and triplets)."""
+def _specs_start(spec: str, seed: int) -> tuple[Path, str]:
+    """The shared start of every SPECS run of a seed: a LongCLIP stretch of ``spec`` (77 → 248 positions)
+    plus ``distill`` steps of long-caption contrastive training."""
+    work = Path(TRAIN["work"]) / f"specs-s{seed}"
+    return work, _train("contrastive", spec, work / "long", seed, TRAIN["distill"], "stretch=1", extra=SPECS_OPTIM)
+
+
+def _specs_rates(models: dict[str, str], seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+    """SR_pos (adding a true unit raises the score) and SR_neg (adding a false one lowers it) per triplet
+    (SPECS eqs. 1-2), and their mean per image, of each model on ``n`` held-out scenes' long captions
+    with controlled wrong units (:func:`_specificity_items`). The triplets that count depend only on the
+    captions, so every model is scored on the same items (paired differences are valid)."""
     from capscore.probes.run import run_specificity
 
-    work = Path(TRAIN["work"]) / f"specs-s{seed}"
-    start = _train("contrastive", spec, work / "long", seed, TRAIN["distill"], "stretch=1", extra=SPECS_OPTIM)
-    models = {"stretched + long contrastive (start)": start,
-              "+ SPECS": _train("specs", start, work / "specs", seed, TRAIN["steps"], extra=SPECS_OPTIM),
-              "+ contrastive (control)": _train("contrastive", start, work / "control", seed, TRAIN["steps"],
-                                                extra=SPECS_OPTIM)}
     out = {}
     for name, m in models.items():
         enc, scenes = _heldout(m, seed, n, eval_seed)
@@ -300,10 +300,56 @@ def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
         out[f"{name}: SR_pos (triplets)"] = np.array(pos)
         out[f"{name}: SR_neg (triplets)"] = np.array(neg)
         out[f"{name}: SR mean (per image)"] = np.array(per_image)
-    # Paired: both arms are scored on the same scenes, triplets and wrong units of a seed (which ones
-    # count depends only on the captions), so SPECS − control per item removes the seed's shared variance.
-    for metric in ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)"):
-        out[f"+ SPECS − control: {metric}"] = out[f"+ SPECS: {metric}"] - out[f"+ contrastive (control): {metric}"]
+    return out
+
+
+def _paired(out: dict[str, np.ndarray], arm: str, control: str, label: str, metrics) -> None:
+    """Add ``{arm} − {label}: {metric}`` = arm minus control per item, for each metric: both were scored
+    on the same items of a seed, so the difference removes the variance the seed's items share."""
+    for metric in metrics:
+        out[f"{arm} − {label}: {metric}"] = out[f"{arm}: {metric}"] - out[f"{control}: {metric}"]
+
+
+SR_METRICS = ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)")
+
+
+def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+    """SPECS (Chen et al., 2025, §3.2 SR, §3.3 loss, Table 1): per seed, the shared start
+    (:func:`_specs_start`), then ``steps`` of SPECS vs ``steps`` of the same contrastive training (the
+    control: same data, seed, steps, optimiser). Measured by :func:`_specs_rates`, plus SPECS minus the
+    control per item (a paired difference: same scenes and triplets)."""
+    work, start = _specs_start(spec, seed)
+    models = {"stretched + long contrastive (start)": start,
+              "+ SPECS": _train("specs", start, work / "specs", seed, TRAIN["steps"], extra=SPECS_OPTIM),
+              "+ contrastive (control)": _train("contrastive", start, work / "control", seed, TRAIN["steps"],
+                                                extra=SPECS_OPTIM)}
+    out = _specs_rates(models, seed, n, eval_seed)
+    _paired(out, "+ SPECS", "+ contrastive (control)", "control", SR_METRICS)
+    return out
+
+
+# Table 5 of SPECS at miniature scale: the loss-weight rows (α:β:γ) and the loss-type row (a fixed
+# ε = 1e-3 instead of the dynamic margin), each a SPECS run from the same start as ``specs``'s;
+# the paper's setting 1:8:0.8 with the dynamic margin is the ``specs`` experiment's own SPECS arm.
+SPECS_GRID = {"1:8:0.8 (paper)": (), "1:8:0.6": ("gamma=0.6",), "1:9:0.8": ("beta=9",),
+              "fixed ε=1e-3": ("fixed_margin=0.001",)}
+
+
+def specs_grid(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+    """SPECS Table 5 (§5.3: loss weights α:β:γ ∈ {1:8:0.8, 1:8:0.6, 1:9:0.8}; loss type: the dynamic
+    margin vs a fixed ε = 1e-3) at miniature scale: ``steps`` of SPECS per row of :data:`SPECS_GRID` from
+    the shared start of :func:`_specs_start` (the paper's row reuses ``specs``'s SPECS run), measured by
+    :func:`_specs_rates`, plus each row minus the paper's setting per item. The paper's table: 92.87
+    (1:8:0.8) vs 86.99 (1:9:0.8), 84.09 (1:8:0.6) and 72.99 (fixed ε) SR mean."""
+    work, start = _specs_start(spec, seed)
+    models = {}
+    for row, sets in SPECS_GRID.items():
+        tag = "specs" if not sets else "grid-" + "-".join(x.replace("=", "") for x in sets)
+        models[row] = _train("specs", start, work / tag, seed, TRAIN["steps"], *sets, extra=SPECS_OPTIM)
+    out = _specs_rates(models, seed, n, eval_seed)
+    paper = next(iter(SPECS_GRID))
+    for row in list(SPECS_GRID)[1:]:
+        _paired(out, row, paper, "paper", ("SR mean (per image)",))
     return out
 
 
@@ -352,16 +398,15 @@ def pacs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
                 [kendalltau(cos[b], f1[b], variant=variant).statistic for b in blocks])
         short = enc.encode_texts([s.short_caption() for s in scenes])
         out[f"{name}: R@1 image→text"] = ((img @ short.T).argmax(1).numpy() == np.arange(n)).astype(float)
-    # Paired: every arm is scored on the same scenes, captions and τ blocks of a seed, so arm − control
-    # per item removes the seed's shared variance (a random-init start differs a lot between seeds).
-    control = next(iter(PACS_ARMS))
+    # every arm is scored on the same scenes, captions and τ blocks of a seed (a random-init start
+    # differs a lot between seeds, which the paired difference removes)
     for arm in list(PACS_ARMS)[1:]:
-        for metric in ("oracle τ-b", "R@1 image→text"):
-            out[f"{arm} − control: {metric}"] = out[f"{arm}: {metric}"] - out[f"{control}: {metric}"]
+        _paired(out, arm, next(iter(PACS_ARMS)), "control", ("oracle τ-b", "R@1 image→text"))
     return out
 
 
-EXPERIMENTS = {"flips": flips, "abe": abe, "lgip": lgip, "prmcs": prmcs, "specs": specs, "pacs": pacs}
+EXPERIMENTS = {"flips": flips, "abe": abe, "lgip": lgip, "prmcs": prmcs, "specs": specs,
+               "specs-grid": specs_grid, "pacs": pacs}
 
 
 def seed_interval(means: list[float]) -> tuple[float, float]:

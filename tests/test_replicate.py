@@ -145,6 +145,32 @@ def test_smoke_specs_trains_a_shared_start_and_two_arms(tmp_path):
             mean[f"+ SPECS: {metric}"] - mean[f"+ contrastive (control): {metric}"], abs=2e-3)
 
 
+def test_smoke_specs_grid_trains_each_table5_row_from_the_shared_start(tmp_path):
+    import json
+
+    out, work = tmp_path / "rep.md", tmp_path / "runs"
+    assert rep.main(["--smoke", "--experiment", "specs-grid", "--seeds", "0", "1", "--work", str(work),
+                     "--out", str(out)]) == 0
+    runs = {p.parent.name: json.loads((p.parent / "card.json").read_text())
+            for p in work.glob("specs-s1/*/model.safetensors")}
+    assert sorted(runs) == ["grid-beta9", "grid-fixed_margin0.001", "grid-gamma0.6", "long", "specs"]
+    paper = runs["specs"]["recipe_params"]
+    assert (paper["alpha"], paper["beta"], paper["gamma"], paper["fixed_margin"]) == (1.0, 8.0, 0.8, None)
+    changed = {"grid-beta9": {"beta": 9.0}, "grid-gamma0.6": {"gamma": 0.6},
+               "grid-fixed_margin0.001": {"fixed_margin": 0.001}}
+    for name, diff in changed.items():  # each row differs from the paper's setting in its own knob only
+        p = runs[name]["recipe_params"]
+        assert {k: v for k, v in p.items() if paper.get(k) != v} == diff
+        assert runs[name]["base_model"] == runs["specs"]["base_model"]
+    rows = [ln for ln in out.read_text().splitlines() if ln.startswith("| specs-grid |")]
+    mean = {r.split("|")[3].strip(): float(r.split("|")[6]) for r in rows}
+    for row in rep.SPECS_GRID:
+        assert 0.0 <= mean[f"{row}: SR mean (per image)"] <= 1.0
+    for row in list(rep.SPECS_GRID)[1:]:
+        assert mean[f"{row} − paper: SR mean (per image)"] == pytest.approx(
+            mean[f"{row}: SR mean (per image)"] - mean["1:8:0.8 (paper): SR mean (per image)"], abs=2e-3)
+
+
 def test_smoke_pacs_trains_three_arms_from_one_start_differing_only_in_lambda(tmp_path):
     import json
 
