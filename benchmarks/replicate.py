@@ -50,6 +50,7 @@ import argparse
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -279,7 +280,8 @@ def _specs_start(spec: str, seed: int) -> tuple[Path, str]:
 def _specs_rates(models: dict[str, str], seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
     """SR_pos (adding a true unit raises the score) and SR_neg (adding a false one lowers it) per triplet
     (SPECS eqs. 1-2), and their mean per image, of each model on ``n`` held-out scenes' long captions
-    with controlled wrong units (:func:`_specificity_items`). The triplets that count depend only on the
+    with controlled wrong units (:func:`_specificity_items`); and SR_neg with the paper's kind of
+    negative, a unit of another scene's caption. The triplets that count depend only on the
     captions, so every model is scored on the same items (paired differences are valid)."""
     from capscore.probes.run import run_specificity
 
@@ -300,6 +302,13 @@ def _specs_rates(models: dict[str, str], seed: int, n: int, eval_seed: int) -> d
         out[f"{name}: SR_pos (triplets)"] = np.array(pos)
         out[f"{name}: SR_neg (triplets)"] = np.array(neg)
         out[f"{name}: SR mean (per image)"] = np.array(per_image)
+        # The paper's kind of negative, for comparison: d⁻ = a unit of another held-out scene's caption
+        # (run_specificity's own rule for items without wrong units; SPECS §4.3 builds its training
+        # negatives from other pairs of the batch) -- mostly false of the image, rarely a minimal edit.
+        other = [replace(it, wrong_units=None) for it in items]
+        rows = run_specificity(enc, other, units=units, seed=eval_seed + seed).rows
+        out[f"{name}: SR_neg, another scene's unit (triplets)"] = np.array(
+            [float(r["prefix_scores"][k] > w) for r in rows for k, w in enumerate(r["wrong_scores"]) if w is not None])
     return out
 
 
@@ -310,7 +319,8 @@ def _paired(out: dict[str, np.ndarray], arm: str, control: str, label: str, metr
         out[f"{arm} − {label}: {metric}"] = out[f"{arm}: {metric}"] - out[f"{control}: {metric}"]
 
 
-SR_METRICS = ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)")
+SR_METRICS = ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)",
+              "SR_neg, another scene's unit (triplets)")
 
 
 def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:

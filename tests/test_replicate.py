@@ -135,12 +135,13 @@ def test_smoke_specs_trains_a_shared_start_and_two_arms(tmp_path):
                      "--out", str(out)]) == 0
     assert sorted(p.parent.name for p in work.glob("specs-s1/*/model.safetensors")) == ["control", "long", "specs"]
     rows = [ln for ln in out.read_text().splitlines() if ln.startswith("| specs |")]
+    assert "SR_neg, another scene's unit (triplets)" in rep.SR_METRICS  # the paper's kind of negative too
     for arm in ("stretched + long contrastive (start)", "+ SPECS", "+ contrastive (control)"):
-        for metric in ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)"):
+        for metric in rep.SR_METRICS:
             (row,) = [r for r in rows if r.split("|")[3].strip() == f"{arm}: {metric}"]
             assert 0.0 <= float(row.split("|")[6]) <= 1.0
     mean = {r.split("|")[3].strip(): float(r.split("|")[6]) for r in rows}
-    for metric in ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)"):  # paired rows
+    for metric in rep.SR_METRICS:  # paired rows
         assert mean[f"+ SPECS − control: {metric}"] == pytest.approx(
             mean[f"+ SPECS: {metric}"] - mean[f"+ contrastive (control): {metric}"], abs=2e-3)
 
