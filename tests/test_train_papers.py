@@ -136,3 +136,23 @@ def test_cli_train_specs_from_plain_captions_reports_skipped(tmp_path, make_imag
     card = json.loads((tmp_path / "run" / "card.json").read_text())
     assert card["train_config"]["weight_decay"] == 0.01 and card["recipe_params"]["margin"] == "carried"
     assert card["train_config"]["betas"] == [0.9, 0.999]
+
+
+def test_specs_on_scenes_trains_every_step_of_the_exact_units():
+    """Scene examples carry the scene graph's own detail units, not a fixed first pair: SPECS draws
+    c_j and d⁺ = unit j + 1 for every j (§3.1: every left-to-right prefix is a valid caption)."""
+    import random
+
+    from capscore.scenes import generate_scenes
+    from capscore.train.data import scene_examples
+
+    scenes = generate_scenes(6, seed=4)
+    ex = scene_examples(6, seed=4)
+    assert [e.units for e in ex] == [tuple(s.detail_units()) for s in scenes]
+    kept, skipped = specs_units(ex)
+    assert [e.units for e in kept] == [e.units for e in ex if len(e.units) > 1]  # not re-segmented
+    assert skipped == [e.source for e in ex if len(e.units) < 2]
+    e = max(kept, key=lambda x: len(x.units))
+    rng = random.Random(0)
+    seen = {specs_triplet(e, rng) for _ in range(300)}
+    assert seen == {(" ".join(e.units[:j]), e.units[j]) for j in range(1, len(e.units))}

@@ -115,7 +115,8 @@ def specs_units(examples: list[Example], *, grammar: str = "capscore") -> tuple[
         if ex.base or ex.detail:
             raise InputError(ex.source or "example", "give both 'base' and 'detail', or neither (the caption is "
                              "then segmented into detail units)", got={"base": ex.base, "detail": ex.detail})
-        units = tuple(detail_units(ex.caption, grammar=grammar))
+        # exact units given by the data (scenes: from the scene graph) are kept, not re-segmented
+        units = ex.units or tuple(detail_units(ex.caption, grammar=grammar))
         if len(units) < 2:
             skipped.append(ex.source)
             continue
@@ -142,25 +143,26 @@ def scene_examples(n: int, *, seed: int = 0, split: str = "train", size: int = 6
                    languages: tuple[str, ...] = (), start: int = 0) -> list[Example]:
     """Training examples from the synthetic scenes (``capscore.scenes``).
 
-    caption = the long caption; base = its first detail unit; detail = the second
-    (scenes with one unit repeat the short caption as base); translations = the
-    short caption in ``languages``; gen_image = the same scene graph re-rendered with
-    every object moved inside its grid cell (relations unchanged); gen_caption = a
-    paraphrase of the short caption.
+    caption = the long caption; units = its exact detail units from the scene graph,
+    so that SPECS draws a random prefix c_j and the next unit for every triplet, as
+    on segmented captions (SPECS §3.1/§4.3; scenes with one unit give no triplet and
+    are skipped by :func:`specs_units`); translations = the short caption in
+    ``languages``; gen_image = the same scene graph re-rendered with every object moved
+    inside its grid cell (relations unchanged); gen_caption = a paraphrase of the short
+    caption.
     """
     from capscore.scenes import generate_scenes
 
     out = []
     for sc in generate_scenes(n, seed=seed, split=split, size=size, start=start):
         units = sc.detail_units()
-        base, detail = (units[0], units[1]) if len(units) > 1 else (sc.short_caption(), units[0])
         tr = sc.translations() if languages else {}
         missing = [lang for lang in languages if lang not in tr]
         if missing:
             raise CapscoreError(f"scenes have no captions in {missing}; available: {sorted(tr)}")
         para = sc.paraphrases(n=1)
         out.append(Example(
-            ImageRef(image=sc.render(), name=sc.id), " ".join(units), base, detail,
+            ImageRef(image=sc.render(), name=sc.id), " ".join(units), units=tuple(units),
             translations=tuple((lang, tr[lang]) for lang in languages) + (("en", sc.short_caption()),),
             gen_image=ImageRef(image=rerender(sc), name=sc.id + "/rerendered"),
             gen_caption=para[0] if para else sc.short_caption(),
