@@ -154,11 +154,11 @@ def test_smoke_specs_grid_trains_each_table5_row_from_the_shared_start(tmp_path)
                      "--out", str(out)]) == 0
     runs = {p.parent.name: json.loads((p.parent / "card.json").read_text())
             for p in work.glob("specs-s1/*/model.safetensors")}
-    assert sorted(runs) == ["grid-beta9", "grid-fixed_margin0.001", "grid-gamma0.6", "long", "specs"]
+    assert sorted(runs) == ["grid-beta9", "grid-fixed_margin0.001", "grid-gamma0.6", "grid-gamma8", "long", "specs"]
     paper = runs["specs"]["recipe_params"]
     assert (paper["alpha"], paper["beta"], paper["gamma"], paper["fixed_margin"]) == (1.0, 8.0, 0.8, None)
     changed = {"grid-beta9": {"beta": 9.0}, "grid-gamma0.6": {"gamma": 0.6},
-               "grid-fixed_margin0.001": {"fixed_margin": 0.001}}
+               "grid-fixed_margin0.001": {"fixed_margin": 0.001}, "grid-gamma8": {"gamma": 8.0}}
     for name, diff in changed.items():  # each row differs from the paper's setting in its own knob only
         p = runs[name]["recipe_params"]
         assert {k: v for k, v in p.items() if paper.get(k) != v} == diff
@@ -170,6 +170,13 @@ def test_smoke_specs_grid_trains_each_table5_row_from_the_shared_start(tmp_path)
     for row in list(rep.SPECS_GRID)[1:]:
         assert mean[f"{row} − paper: SR mean (per image)"] == pytest.approx(
             mean[f"{row}: SR mean (per image)"] - mean["1:8:0.8 (paper): SR mean (per image)"], abs=2e-3)
+    # --grid-rows picks rows (finished runs are reused); the paper's row is always measured
+    out2 = tmp_path / "rep2.md"
+    assert rep.main(["--smoke", "--experiment", "specs-grid", "--grid-rows", "grid-gamma8", "--work", str(work),
+                     "--out", str(out2)]) == 0
+    arms = {r.split("|")[3].strip().split(": SR")[0] for r in out2.read_text().splitlines()
+            if r.startswith("| specs-grid |")}
+    assert arms == {"1:8:0.8 (paper)", "1:8:8 (γ ×10)", "1:8:8 (γ ×10) − paper"}
 
 
 def test_smoke_pacs_trains_three_arms_from_one_start_differing_only_in_lambda(tmp_path):
