@@ -12,6 +12,7 @@
 
     python benchmarks/scenes_shape.py --model scenes-tiny ckpt:runs/v2/model.safetensors openclip:scenes-tiny-v2
     python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --steps 200
+    python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --vision 64 4   # other pixels/patches
 """
 from __future__ import annotations
 
@@ -93,11 +94,36 @@ def supervised(spec: str, *, steps: int, batch: int = 128, seed: int = 99, every
     return curve
 
 
+def vision_variant(spec: str, image_size: int, patch_size: int) -> str:
+    """Register an ``openclip:NAME`` architecture with another input size and patch size (the rest of its
+    config unchanged) and return its spec, for the supervised control at other resolutions."""
+    import json
+    import tempfile
+
+    import open_clip
+
+    import capscore.backbones.openclip  # noqa: F401  (registers capscore's own configs)
+
+    name = spec.split(":", 1)[1]
+    cfg = open_clip.get_model_config(name)
+    if cfg is None:
+        raise SystemExit(f"--vision: {spec} is not an open_clip architecture name")
+    cfg["vision_cfg"].update(image_size=image_size, patch_size=patch_size)
+    folder = tempfile.mkdtemp(prefix="capscore-shape-")
+    new = f"{name}-{image_size}px-p{patch_size}"
+    with open(f"{folder}/{new}.json", "w") as f:
+        json.dump(cfg, f)
+    open_clip.add_model_config(folder)
+    return f"openclip:{new}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", nargs="*", default=[], help="models for the linear probe")
     ap.add_argument("--supervised", default=None, metavar="SPEC", help="train this architecture's image tower on shape")
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--vision", nargs=2, type=int, metavar=("PIXELS", "PATCH"), default=None,
+                    help="with --supervised openclip:NAME: the same architecture at another input and patch size")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -107,6 +133,8 @@ def main(argv=None) -> int:
         res = linear_probe(spec)
         print(f"{spec}: " + "  ".join(f"{k} {v:.3f}" for k, v in res.items()) + f"  ({time.perf_counter() - t:.0f} s)")
     if a.supervised:
+        if a.vision:
+            a.supervised = vision_variant(a.supervised, *a.vision)
         t = time.perf_counter()
         for step, acc in supervised(a.supervised, steps=a.steps):
             print(f"supervised {a.supervised}: step {step:4d}  held-out shape accuracy {acc:.3f}  "

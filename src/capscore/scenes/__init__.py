@@ -17,7 +17,6 @@ from capscore.scenes.lexicon import LANGUAGES
 from capscore.scenes.vocab import COLOR_NAMES, COLORS, PATTERNS, RELATIONS, SHAPES, SIZES, heldout_pairs
 
 
-
 def render_size(model=None, default: int = 64) -> int:
     """The side (px) to render scenes at for a backbone or an encoder: its image tower's input size,
     so a model sees scenes drawn at the resolution it takes (scenes-tiny 64, scenes-tiny-v2 96,
