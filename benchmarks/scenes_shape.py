@@ -13,6 +13,7 @@
     python benchmarks/scenes_shape.py --model scenes-tiny ckpt:runs/v2/model.safetensors openclip:scenes-tiny-v2
     python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --steps 200
     python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --vision 64 4   # other pixels/patches
+    python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --resnet 96 16  # a convolutional tower
 """
 from __future__ import annotations
 
@@ -94,9 +95,11 @@ def supervised(spec: str, *, steps: int, batch: int = 128, seed: int = 99, every
     return curve
 
 
-def vision_variant(spec: str, image_size: int, patch_size: int) -> str:
+def vision_variant(spec: str, image_size: int, patch_size: int = 0, *, resnet_width: int = 0) -> str:
     """Register an ``openclip:NAME`` architecture with another input size and patch size (the rest of its
-    config unchanged) and return its spec, for the supervised control at other resolutions."""
+    config unchanged) and return its spec, for the supervised control at other resolutions. With
+    ``resnet_width`` the image tower is instead open_clip's ModifiedResNet (CLIP's RN: conv stem,
+    one bottleneck block per stage, attention pooling) of that base width."""
     import json
     import tempfile
 
@@ -108,9 +111,13 @@ def vision_variant(spec: str, image_size: int, patch_size: int) -> str:
     cfg = open_clip.get_model_config(name)
     if cfg is None:
         raise SystemExit(f"--vision: {spec} is not an open_clip architecture name")
-    cfg["vision_cfg"].update(image_size=image_size, patch_size=patch_size)
+    if resnet_width:
+        cfg["vision_cfg"] = dict(image_size=image_size, layers=[1, 1, 1, 1], width=resnet_width, head_width=resnet_width)
+        new = f"{name}-{image_size}px-rn{resnet_width}"
+    else:
+        cfg["vision_cfg"].update(image_size=image_size, patch_size=patch_size)
+        new = f"{name}-{image_size}px-p{patch_size}"
     folder = tempfile.mkdtemp(prefix="capscore-shape-")
-    new = f"{name}-{image_size}px-p{patch_size}"
     with open(f"{folder}/{new}.json", "w") as f:
         json.dump(cfg, f)
     open_clip.add_model_config(folder)
@@ -124,6 +131,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--vision", nargs=2, type=int, metavar=("PIXELS", "PATCH"), default=None,
                     help="with --supervised openclip:NAME: the same architecture at another input and patch size")
+    ap.add_argument("--resnet", nargs=2, type=int, metavar=("PIXELS", "WIDTH"), default=None,
+                    help="with --supervised openclip:NAME: a ModifiedResNet image tower of this base width instead")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -135,6 +144,8 @@ def main(argv=None) -> int:
     if a.supervised:
         if a.vision:
             a.supervised = vision_variant(a.supervised, *a.vision)
+        elif a.resnet:
+            a.supervised = vision_variant(a.supervised, a.resnet[0], resnet_width=a.resnet[1])
         t = time.perf_counter()
         for step, acc in supervised(a.supervised, steps=a.steps):
             print(f"supervised {a.supervised}: step {step:4d}  held-out shape accuracy {acc:.3f}  "
