@@ -5,7 +5,7 @@
    mean patch token, a multinomial logistic regression (L-BFGS, L2 1e-3) fitted on 1500 scenes and
    scored on 500 others; shape (6 classes, chance 1/6) and colour (8 classes) accuracy per model.
 2. Supervised control: the same image tower, from its random init, trained only to classify the
-   shape of single-object scenes (a linear head, AdamW lr 1e-3, wd 0.1, batch 128, fresh scenes every
+   shape of single-object scenes (a linear head, AdamW lr 1e-3 (``--lr``), wd 0.1, batch 128, fresh scenes every
    step); held-out accuracy on 500 scenes every 50 steps. If this rises, the architecture and the
    renderer let shape through, and a contrastive model that does not encode shape is short of signal or
    steps, not blind.
@@ -66,7 +66,8 @@ def linear_probe(spec: str, *, n_train: int = 1500, n_test: int = 500, seed: int
             for feat, x in (("global", g), ("patch-mean", p.mean(1))) for what, y in (("shape", y_shape), ("colour", y_colour))}
 
 
-def supervised(spec: str, *, steps: int, batch: int = 128, seed: int = 99, every: int = 50) -> list[tuple[int, float]]:
+def supervised(spec: str, *, steps: int, batch: int = 128, seed: int = 99, every: int = 50,
+               lr: float = 1e-3) -> list[tuple[int, float]]:
     from capscore.backbones import load_backbone
     from capscore.scenes import SHAPES, render_size
 
@@ -80,7 +81,7 @@ def supervised(spec: str, *, steps: int, batch: int = 128, seed: int = 99, every
         return (torch.stack([bb.preprocess(s.render()) for s in sc]),
                 torch.tensor([list(SHAPES).index(s.graph.objects[0].shape) for s in sc]))
 
-    opt = torch.optim.AdamW([*vis.parameters(), *head.parameters()], lr=1e-3, weight_decay=0.1)
+    opt = torch.optim.AdamW([*vis.parameters(), *head.parameters()], lr=lr, weight_decay=0.1)
     x_test, y_test = data(10_000_000, 500)
     curve = []
     for k in range(steps):
@@ -134,6 +135,7 @@ def main(argv=None) -> int:
     ap.add_argument("--resnet", nargs=2, type=int, metavar=("PIXELS", "WIDTH"), default=None,
                     help="with --supervised openclip:NAME: a ModifiedResNet image tower of this base width instead")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate of the supervised control")
     a = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     torch.set_num_threads(a.threads)
@@ -147,7 +149,7 @@ def main(argv=None) -> int:
         elif a.resnet:
             a.supervised = vision_variant(a.supervised, a.resnet[0], resnet_width=a.resnet[1])
         t = time.perf_counter()
-        for step, acc in supervised(a.supervised, steps=a.steps):
+        for step, acc in supervised(a.supervised, steps=a.steps, lr=a.lr):
             print(f"supervised {a.supervised}: step {step:4d}  held-out shape accuracy {acc:.3f}  "
                   f"({time.perf_counter() - t:.0f} s)")
     return 0
