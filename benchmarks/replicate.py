@@ -154,7 +154,8 @@ def lgip(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
 
 # ----------------------------------------------------------------------------- PR-MCS
 # Training budget for the experiments that train (set from the command line; --smoke shrinks it).
-TRAIN = {"distill": 100, "steps": 200, "scenes": 1024, "batch": 32, "lr": 5e-4, "work": "runs/replicate"}
+TRAIN_DEFAULTS = {"distill": 100, "steps": 200, "scenes": 1024, "batch": 32, "lr": 5e-4, "work": "runs/replicate"}
+TRAIN = dict(TRAIN_DEFAULTS)
 PRMCS_LANGS = ("en", "de", "fr", "es", "ja")
 # (λ1, λ2, λ3) per arm. The control keeps L_CLIP + λ1·L1 and drops the two perturbation terms (the
 # paper's ingredient); "×10" is a dose-response check: if the drop grows with λ2, λ3 the terms act in
@@ -352,7 +353,8 @@ def _grid_tag(sets: tuple[str, ...]) -> str:
     return "specs" if not sets else "grid-" + "-".join(x.replace("=", "") for x in sets)
 
 
-GRID_ROWS = [_grid_tag(v) for v in list(SPECS_GRID.values())[1:]]  # rows to train (--grid-rows); the paper's always
+ALL_GRID_ROWS = tuple(_grid_tag(v) for v in list(SPECS_GRID.values())[1:])
+GRID_ROWS = list(ALL_GRID_ROWS)  # rows to train (set by --grid-rows); the paper's is always trained
 
 
 def specs_grid(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
@@ -495,14 +497,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true",
                     help="seconds-long check of --experiment: random-init capscore-test-tiny, 3 seeds, 8 scenes, "
                          "2-step training runs")
-    ap.add_argument("--distill-steps", type=int, default=TRAIN["distill"], help="prmcs: distillation steps")
-    ap.add_argument("--train-steps", type=int, default=TRAIN["steps"], help="prmcs: fine-tuning steps per arm")
-    ap.add_argument("--train-scenes", type=int, default=TRAIN["scenes"], help="training scenes per seed")
-    ap.add_argument("--batch-size", type=int, default=TRAIN["batch"])
-    ap.add_argument("--lr", type=float, default=TRAIN["lr"])
-    ap.add_argument("--work", default=TRAIN["work"],
+    ap.add_argument("--distill-steps", type=int, default=TRAIN_DEFAULTS["distill"], help="prmcs: distillation steps")
+    ap.add_argument("--train-steps", type=int, default=TRAIN_DEFAULTS["steps"], help="prmcs: fine-tuning steps per arm")
+    ap.add_argument("--train-scenes", type=int, default=TRAIN_DEFAULTS["scenes"], help="training scenes per seed")
+    ap.add_argument("--batch-size", type=int, default=TRAIN_DEFAULTS["batch"])
+    ap.add_argument("--lr", type=float, default=TRAIN_DEFAULTS["lr"])
+    ap.add_argument("--work", default=TRAIN_DEFAULTS["work"],
                     help="training runs go here; a run whose model.safetensors exists is reused (resume)")
-    ap.add_argument("--grid-rows", nargs="+", choices=list(GRID_ROWS), default=list(GRID_ROWS),
+    ap.add_argument("--grid-rows", nargs="+", choices=ALL_GRID_ROWS, default=list(ALL_GRID_ROWS),
                     help="specs-grid: the rows to train besides the paper's (default: all)")
     a = ap.parse_args(argv)
     GRID_ROWS[:] = a.grid_rows

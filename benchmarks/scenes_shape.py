@@ -113,7 +113,8 @@ def vision_variant(spec: str, image_size: int, patch_size: int = 0, *, resnet_wi
     if cfg is None:
         raise SystemExit(f"--vision: {spec} is not an open_clip architecture name")
     if resnet_width:
-        cfg["vision_cfg"] = dict(image_size=image_size, layers=[1, 1, 1, 1], width=resnet_width, head_width=resnet_width)
+        cfg["vision_cfg"] = dict(image_size=image_size, layers=[1, 1, 1, 1], width=resnet_width,
+                                 head_width=resnet_width)
         new = f"{name}-{image_size}px-rn{resnet_width}"
     else:
         cfg["vision_cfg"].update(image_size=image_size, patch_size=patch_size)
