@@ -5,8 +5,8 @@
    mean patch token, a multinomial logistic regression (L-BFGS, L2 1e-3) fitted on 1500 scenes and
    scored on 500 others; shape (6 classes, chance 1/6) and colour (8 classes) accuracy per model.
 2. Supervised control: the same image tower, from its random init, trained only to classify the
-   shape of single-object scenes (a linear head, AdamW lr 1e-3 (``--lr``), wd 0.1, batch 128, fresh scenes every
-   step); held-out accuracy on 500 scenes every 50 steps. If this rises, the architecture and the
+   shape of single-object scenes (a linear head, AdamW lr 1e-3 (``--lr``), wd 0.1, batch 128, fresh
+   scenes every step); held-out accuracy on 500 scenes every 50 steps. If this rises, the architecture and the
    renderer let shape through, and a contrastive model that does not encode shape is short of signal or
    steps, not blind.
 
@@ -108,10 +108,10 @@ def vision_variant(spec: str, image_size: int, patch_size: int = 0, *, resnet_wi
 
     import capscore.backbones.openclip  # noqa: F401  (registers capscore's own configs)
 
-    name = spec.split(":", 1)[1]
+    name = spec.removeprefix("openclip:")
     cfg = open_clip.get_model_config(name)
     if cfg is None:
-        raise SystemExit(f"--vision: {spec} is not an open_clip architecture name")
+        raise SystemExit(f"{spec}: not an open_clip architecture name (give openclip:NAME)")
     if resnet_width:
         cfg["vision_cfg"] = dict(image_size=image_size, layers=[1, 1, 1, 1], width=resnet_width,
                                  head_width=resnet_width)
@@ -131,13 +131,16 @@ def main(argv=None) -> int:
     ap.add_argument("--model", nargs="*", default=[], help="models for the linear probe")
     ap.add_argument("--supervised", default=None, metavar="SPEC", help="train this architecture's image tower on shape")
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--vision", nargs=2, type=int, metavar=("PIXELS", "PATCH"), default=None,
+    tower = ap.add_mutually_exclusive_group()
+    tower.add_argument("--vision", nargs=2, type=int, metavar=("PIXELS", "PATCH"), default=None,
                     help="with --supervised openclip:NAME: the same architecture at another input and patch size")
-    ap.add_argument("--resnet", nargs=2, type=int, metavar=("PIXELS", "WIDTH"), default=None,
+    tower.add_argument("--resnet", nargs=2, type=int, metavar=("PIXELS", "WIDTH"), default=None,
                     help="with --supervised openclip:NAME: a ModifiedResNet image tower of this base width instead")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate of the supervised control")
     a = ap.parse_args(argv)
+    if (a.vision or a.resnet) and not a.supervised:
+        ap.error("--vision/--resnet change the tower of --supervised; give --supervised openclip:NAME")
     warnings.simplefilter("ignore")
     torch.set_num_threads(a.threads)
     for spec in a.model:
