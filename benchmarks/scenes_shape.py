@@ -14,6 +14,7 @@
     python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --steps 200
     python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --vision 64 4   # other pixels/patches
     python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --resnet 96 16  # a convolutional tower
+    python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v3 --steps 200     # v2 + a conv stem
 """
 from __future__ import annotations
 
@@ -108,7 +109,12 @@ def vision_variant(spec: str, image_size: int, patch_size: int = 0, *, resnet_wi
 
     import capscore.backbones.openclip  # noqa: F401  (registers capscore's own configs)
 
+    from capscore.backbones.convstem import CONV_STEMS
+
     name = spec.removeprefix("openclip:")
+    if name in CONV_STEMS:
+        raise SystemExit(f"{spec}: --vision/--resnet rebuild a patchify tower from the JSON config and would drop "
+                         f"{name}'s convolutional stem; give a patchify architecture (e.g. openclip:scenes-tiny-v2)")
     cfg = open_clip.get_model_config(name)
     if cfg is None:
         raise SystemExit(f"{spec}: not an open_clip architecture name (give openclip:NAME)")

@@ -128,6 +128,9 @@ def _blocks(prefix_src: str, prefix_dst: str, n: int, sd: dict, out: dict) -> No
 def open_clip_to_hf_state_dict(model) -> dict[str, torch.Tensor]:
     """The weights of an open_clip CLIP under transformers ``CLIPModel`` names (see the module docstring)."""
     sd = {k: v.detach().float().cpu() for k, v in model.state_dict().items() if v.is_floating_point()}
+    if "visual.conv1.weight" not in sd:
+        raise CapscoreError("this image tower has a convolutional stem (capscore.backbones.convstem), which "
+                            "transformers' CLIPModel cannot hold; save it with save_openai_checkpoint (ckpt:PATH)")
     out: dict[str, torch.Tensor] = {}
     t, v = "text_model.", "vision_model."
     out[t + "embeddings.token_embedding.weight"] = sd["token_embedding.weight"]

@@ -290,10 +290,15 @@ def _check_openai_layout(sd: dict, where: str) -> None:
 
 def infer_config(sd: dict[str, torch.Tensor]) -> dict:
     """Architecture from tensor shapes, following OpenAI's ``build_model`` (heads left to the caller)."""
+    from capscore.backbones.convstem import stem_from_state_dict
+
+    stem = stem_from_state_dict(sd)
     if "visual.proj" in sd:
-        width = sd["visual.conv1.weight"].shape[0]
         layers = len({k.split(".")[3] for k in sd if k.startswith("visual.transformer.resblocks.")})
-        patch = sd["visual.conv1.weight"].shape[-1]
+        if stem is None:
+            width, patch = sd["visual.conv1.weight"].shape[0], sd["visual.conv1.weight"].shape[-1]
+        else:  # capscore's convolutional stem (capscore.backbones.convstem): 2 ** n stride-2 convs
+            width, patch = sd["visual.class_embedding"].shape[0], 2 ** len(stem)
         grid = round((sd["visual.positional_embedding"].shape[0] - 1) ** 0.5)
         mlp = sd["visual.transformer.resblocks.0.mlp.c_fc.weight"].shape[0] / width
         vision = dict(layers=layers, width=width, patch_size=patch, image_size=patch * grid, mlp_ratio=mlp)
@@ -311,7 +316,7 @@ def infer_config(sd: dict[str, torch.Tensor]) -> dict:
         layers=len({k.split(".")[2] for k in sd if k.startswith("transformer.resblocks.")}),
         mlp_ratio=sd["transformer.resblocks.0.mlp.c_fc.weight"].shape[0] / text_width,
     )
-    return dict(embed_dim=sd["text_projection"].shape[1], vision_cfg=vision, text_cfg=text)
+    return dict(embed_dim=sd["text_projection"].shape[1], vision_cfg=vision, text_cfg=text, conv_stem=stem)
 
 
 def _registered_match(cfg: dict) -> tuple[tuple[int, int] | None, bool | None]:
@@ -373,6 +378,7 @@ def build_clip(
                 f"use {n}, less, or {stretched_length(n)} (LongCLIP's knowledge-preserved stretch)"
             )
     cfg = infer_config(sd)
+    stem = cfg.pop("conv_stem")
     with torch.random.fork_rng(devices=[]):  # construction draws random init we overwrite; keep callers' RNG intact
         if arch is not None:
             if arch not in open_clip.list_models():
@@ -391,6 +397,12 @@ def build_clip(
             t["heads"] = heads[1]
             model = CLIP(cfg["embed_dim"], vision_cfg=CLIPVisionCfg(**v), text_cfg=CLIPTextCfg(**t),
                          quick_gelu=True if quick_gelu is None else quick_gelu)
+        if stem is not None:
+            from capscore.backbones.convstem import add_conv_stem
+
+            if not isinstance(getattr(model.visual, "conv1", None), torch.nn.Conv2d):
+                raise CapscoreError(f"{where}: the checkpoint has a convolutional stem, {arch} has none")
+            add_conv_stem(model, stem, where=where)
     model = model.float()
     try:
         missing, unexpected = model.load_state_dict(sd, strict=False)

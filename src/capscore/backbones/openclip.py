@@ -21,6 +21,7 @@ from PIL import Image
 from capscore._log import warn
 from capscore.errors import CapscoreError
 from capscore.backbones.base import Backbone, resolve_dtype
+from capscore.backbones.convstem import CONV_STEMS, add_conv_stem
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 open_clip.add_model_config(CONFIG_DIR)  # capscore's own architectures (capscore-test-tiny, scenes-tiny)
@@ -159,9 +160,20 @@ class OpenClipBackbone(Backbone):
 
 
 def _seeded_create(arch: str, *, pretrained: str | None, seed: int, **kwargs):
+    stem = CONV_STEMS.get(arch)
+    if stem is not None and pretrained is not None and not Path(pretrained).expanduser().is_file():
+        raise CapscoreError(f"{arch}/{pretrained}: {arch} has a convolutional stem and no pretrained tags; "
+                            f"give a weights file ({arch}/PATH or ckpt:PATH)")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model, _, preprocess = open_clip.create_model_and_transforms(arch, pretrained=pretrained, **kwargs)
+        # capscore's conv-stem ViTs: open_clip builds the patchify tower, the stem replaces its conv1, then
+        # the file is loaded (open_clip would load it into the patchify tower and fail)
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            arch, pretrained=None if stem is not None else pretrained, **kwargs)
+        if stem is not None:
+            add_conv_stem(model, stem, where=arch)
+            if pretrained is not None:
+                open_clip.load_checkpoint(model, str(Path(pretrained).expanduser()), weights_only=True)
     return model, preprocess
 
 
