@@ -78,3 +78,23 @@ def test_flip_wins_recomputed_with_plain_open_clip(bb, claims):
     # another sample of seen-combination colour flips (about 55 items): within sampling noise of the claim
     claimed = claims["evaluation"]["seen"]["flips"]["color"]["accuracy"]
     assert abs(ref.mean() - claimed) <= 0.1, (ref.mean(), claimed)
+
+
+def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
+    """``scenes eval``'s blind column: both captions against an empty scene (text priors only)."""
+    from capscore.scenes import generate_scenes
+    from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, flip_items
+    from capscore.scenes.graph import render_objects
+
+    got = evaluate_scenes(bb, n=40)["seen"]["flips"]
+    items = flip_items(generate_scenes(40, seed=EVAL_SEED, split="train", size=64), seed=EVAL_SEED)
+    tok = open_clip.get_tokenizer("scenes-tiny")
+    with torch.no_grad():
+        empty = F.normalize(bb.model.encode_image(bb.preprocess(render_objects((), 64))[None]), dim=-1)
+        good = F.normalize(bb.model.encode_text(tok([it["correct"] for it in items])), dim=-1)
+        bad = F.normalize(bb.model.encode_text(tok([it["flawed"] for it in items])), dim=-1)
+    wins = ((empty * good).sum(1) > (empty * bad).sum(1)).numpy()
+    for kind, row in got.items():
+        ref = wins[[k for k, it in enumerate(items) if it["kind"] == kind]]
+        assert row["n"] == len(ref) and abs(row["blind"] - ref.mean()) <= 0.05, (kind, row, ref.mean())
+    assert got["count"]["blind"] > 0.6  # scenes-tiny's count flips are mostly won by text priors (docs/scenes.md)

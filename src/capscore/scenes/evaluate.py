@@ -14,7 +14,12 @@ prompt prefix unless ``prefix`` is given):
   can share a short caption ("A picture of a red circle."), so a hit is any retrieved caption (image)
   whose text equals the query's own short caption;
 * pos>neg accuracy, one item per (scene, kind) where the scene allows it: the correct caption must get
-  a strictly higher cosine than its flawed twin (``make_flaw``) — ties count as failures.
+  a strictly higher cosine than its flawed twin (``make_flaw``) — ties count as failures;
+* the same items' **blind** accuracy: both captions scored against an empty scene (the background
+  alone, no object), i.e. what the text tower's priors win without looking at the scene. SugarCrepe
+  (Hsieh et al., 2023) showed that text-only models beat CLIP on hard negatives whose false captions
+  are less plausible text; a flip kind whose accuracy is not above its blind accuracy has not been
+  shown to use the image (scenes-tiny's count and hallucination flips: docs/scenes.md).
 """
 from __future__ import annotations
 
@@ -56,6 +61,8 @@ def _recall_at_1(img: torch.Tensor, txt: torch.Tensor, captions: list[str]) -> t
 
 
 def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str) -> dict:
+    from capscore.scenes.graph import render_objects
+
     images = {s.id: s.render() for s in scenes}
     img = encoder.encode_images(list(images.values()))
     captions = [s.short_caption() for s in scenes]
@@ -69,10 +76,13 @@ def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str)
         bad = encoder.encode_texts([prefix + it["flawed"] for it in items])
         im = img[[index[it["scene"]] for it in items]]
         wins = ((im * good).sum(1) > (im * bad).sum(1)).numpy()
+        empty = encoder.encode_images([render_objects((), scenes[0].size)])  # (1, D)
+        blind = ((empty * good).sum(1) > (empty * bad).sum(1)).numpy()
         for kind in EVAL_KINDS:
-            sel = [w for w, it in zip(wins, items) if it["kind"] == kind]
+            sel = [k for k, it in enumerate(items) if it["kind"] == kind]
             if sel:
-                row["flips"][kind] = {"n": len(sel), "accuracy": float(np.mean(sel))}
+                row["flips"][kind] = {"n": len(sel), "accuracy": float(np.mean(wins[sel])),
+                                      "blind": float(np.mean(blind[sel]))}
     return row
 
 
@@ -109,6 +119,7 @@ def format_report(res: dict) -> str:
         for name, part in (("seen", s), ("unseen", u)):
             f = part["flips"].get(kind)
             cells[name] = f"{f['accuracy']:.3f} (n={f['n']})" if f else "-"
+            cells[f"{name} blind"] = f"{f['blind']:.3f}" if f and "blind" in f else "-"
         rows.append({"": kind, **cells})
     return "\n".join([f"scenes evaluation: {p['n']} scenes per set, seed {p['seed']}, prefix {p['prefix']!r}",
                       format_table(rows, digits=3, indent="")])
