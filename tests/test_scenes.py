@@ -297,3 +297,50 @@ def test_corrupted_units_are_false_for_every_form_including_symmetric_relations(
             assert bad.facts() - truth, (scene.id, u, bad)
             forms.add(u.form if u.form != "relation" else u.claims[0].rel)
     assert {"total", "exists", "where", "next to"} <= forms
+
+
+# ------------------------------------------------------------------ counterfactual image twins
+def test_counterfactual_twin_changes_exactly_the_flawed_fact_in_facts_and_pixels(scenes):
+    from capscore.scenes.captions import COUNTERFACTUAL_KINDS, counterfactual, truth
+
+    made = {k: 0 for k in COUNTERFACTUAL_KINDS}
+    for s in scenes[:80]:
+        for kind in COUNTERFACTUAL_KINDS:
+            if kind not in applicable_errors(s):
+                continue
+            flaw = make_flaw(s, kind, np.random.default_rng([s.index, 7]))
+            twin = counterfactual(s, flaw)
+            if twin is None:
+                continue
+            made[kind] += 1
+            assert flaw.flawed_caption.facts() <= truth(twin)  # the false caption is true of the twin
+            assert not flaw.correct_caption.facts() <= truth(twin)  # and the true one is not
+            kept = [o for o in s.objects if o in twin.objects]  # untouched objects keep their exact place
+            changed = [o for o in s.objects if o not in twin.objects] + [o for o in twin.objects if o not in s.objects]
+            assert changed, kind
+            if kind in ("color", "shape", "attribute_swap"):
+                assert len(twin.objects) == len(s.objects)
+            diff = (_px(s) != _px(twin)).any(-1)
+            cells = {(o.row, o.col) for o in changed}
+            side = s.size / GRID
+            for o in kept:
+                if (o.row, o.col) in cells:
+                    continue
+                r0, c0 = int(o.row * side), int(o.col * side)
+                assert not diff[r0:int(r0 + side), c0:int(c0 + side)].any(), (kind, s.id)
+            assert diff.any()
+    assert all(v >= 10 for v in made.values()), made
+
+
+def test_counterfactual_train_twins_never_hold_a_heldout_pair_and_relations_are_not_edited():
+    from capscore.scenes.captions import counterfactual
+
+    held = heldout_pairs(0)
+    for s in generate_scenes(60, seed=11, split="train"):
+        for kind in ("color", "shape", "attribute_swap"):
+            if kind in applicable_errors(s):
+                twin = counterfactual(s, make_flaw(s, kind, np.random.default_rng(s.index)))
+                assert twin is None or not any(o.key in held for o in twin.objects)
+        for kind in ("relation", "hallucination"):
+            if kind in applicable_errors(s):
+                assert counterfactual(s, make_flaw(s, kind, np.random.default_rng(s.index))) is None

@@ -271,3 +271,28 @@ def test_scenes_are_drawn_at_the_models_input_size():
     assert render_size(None) == 64 and render_size(object(), default=32) == 32
     res = evaluate_scenes(v2, n=4)
     assert res["params"]["size"] == 96
+
+
+def test_image_twins_follow_their_scene_with_the_texts_swapped():
+    from capscore.scenes.captions import truth
+
+    plain, twins = SceneStream(2).batch(1, 32), SceneStream(2, twins=1.0).batch(1, 32)
+    assert len(twins) == 32
+    by_id = {e.source: e for e in twins}
+    pairs = [(by_id[e.extra["twin_of"]], e) for e in twins if "twin_of" in e.extra]
+    assert len(pairs) >= 8
+    for scene_ex, twin_ex in pairs:
+        assert twins.index(twin_ex) == twins.index(scene_ex) + 1
+        assert twin_ex.caption == scene_ex.negative  # the flawed text is the twin's positive
+        assert twin_ex.negative != twin_ex.caption
+        s, t = scene_ex.extra["scene"], twin_ex.extra["scene"]
+        assert truth(s) != truth(t) and np.asarray(s.render()).tolist() != np.asarray(t.render()).tolist()
+    # where the scene's positive is the exact correct twin, the twin's negative is that very caption
+    assert any(scene_ex.caption == twin_ex.negative for scene_ex, twin_ex in pairs)
+    # without twins the stream is unchanged (the bundled model's recipe)
+    assert [(e.caption, e.negative) for e in SceneStream(2, twins=0.0).batch(1, 32)] == \
+        [(e.caption, e.negative) for e in plain]
+    from capscore.train.recipes import get_recipe, resolve_params
+
+    with pytest.raises(CapscoreError, match="twins"):
+        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"twins": "2"}))

@@ -12,6 +12,13 @@ pins a short run of it bit for bit against the trainer it replaced).
   paraphrase or a prefix of the long caption, in a random template style) and one **hard negative**:
   the same kind of caption with one controlled error, its kind drawn among ``negative_kinds`` that
   apply to the scene — uniformly (v1) or by ``negative_weights``;
+* **image twins** (``twins`` = p, default 0): after a scene, with probability p, its counterfactual twin
+  (:func:`capscore.scenes.captions.counterfactual`: the scene edited so that its hard negative is true
+  and the correct twin false; colour, shape, count and attribute-swap negatives) takes the next slot of
+  the micro-batch, with the flawed caption as its positive and the exact correct caption as its
+  negative. The two images and two captions form a minimal pair both ways, so a text-only prior cannot
+  win it (``capscore scenes eval`` reports that prior as the *blind* accuracy). A micro-batch stays B
+  examples, so it holds fewer distinct scenes;
 * loss: symmetric CLIP InfoNCE with the B hard negatives as extra image→text columns
   (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
   ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
@@ -45,7 +52,7 @@ DENSE_TERMS = ("none", "filip")
 OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the loop's (0.9, 0.98), 1e-6
 TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
 PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
-              dense="none", dense_weight=0.0, dense_negatives="own")
+              dense="none", dense_weight=0.0, dense_negatives="own", twins=0.0)
 START_MODEL = "openclip:scenes-tiny"  # random init from --seed
 
 
@@ -71,24 +78,26 @@ def negative_mix(p: dict) -> tuple[tuple[str, ...], np.ndarray | None]:
     return kinds, w
 
 
-def _positive_and_negative(scene, flaw, rng: np.random.Generator) -> tuple[str, str]:
+def _positive_and_negative(scene, flaw, rng: np.random.Generator) -> tuple[str, str, str]:
     """A true caption and a false one. Half the time the exact twins (one edit apart); otherwise
-    another true caption of the scene (short, paraphrase, long prefix) against the flawed twin."""
+    another true caption of the scene (short, paraphrase, long prefix) against the flawed twin. The third
+    string is the exact correct twin in the negative's style (the negative of the scene's image twin)."""
     from capscore.scenes.captions import Caption, detail_units
 
     style = int(rng.integers(3))
     negative = flaw.flawed_caption.realise(style=style)
+    twin = flaw.correct_caption.realise(style=style)
     r = rng.random()
     if r < 0.5:
-        return flaw.correct_caption.realise(style=style), negative
+        return twin, negative, twin
     if r < 0.65:
-        return scene.short_caption(), negative
+        return scene.short_caption(), negative, twin
     if r < 0.8:
         para = scene.paraphrases()
-        return (para[int(rng.integers(len(para)))] if para else scene.short_caption()), negative
+        return (para[int(rng.integers(len(para)))] if para else scene.short_caption()), negative, twin
     units = detail_units(scene)
     k = int(rng.integers(1, min(len(units), 4) + 1))  # short prefixes: cheap, and well inside 77 tokens
-    return Caption(tuple(units[:k]), style=style).text, negative
+    return Caption(tuple(units[:k]), style=style).text, negative, twin
 
 
 @dataclass(frozen=True)
@@ -100,9 +109,11 @@ class SceneStream:
     kinds: tuple[str, ...] = HARD_NEGATIVE_KINDS
     weights: np.ndarray | None = None  # None: uniform over the kinds that apply to each scene
     prefix_p: float = 0.25  # share of pairs with the CLIP-S prompt prefix, so CLIP-S scoring sees it
+    twins: float = 0.0  # probability that a scene's image twin (capscore.scenes.captions.counterfactual) follows it
 
     def batch(self, k: int, batch_size: int) -> list[Example]:
         from capscore.scenes import applicable_errors, generate_scenes, make_flaw
+        from capscore.scenes.captions import counterfactual
 
         scenes = generate_scenes(batch_size, seed=self.seed, split="train", size=self.size, start=k * batch_size)
         rng = np.random.default_rng([self.seed, k, 17])
@@ -121,11 +132,20 @@ class SceneStream:
                     w = np.ones(len(idx))
                 kind = self.kinds[idx[int(rng.choice(len(idx), p=w / w.sum()))]]
             flaw = make_flaw(s, kind, rng)
-            pos, neg = _positive_and_negative(s, flaw, rng)
+            pos, neg, right = _positive_and_negative(s, flaw, rng)
             if rng.random() < self.prefix_p:
-                pos, neg = CLIP_S_PREFIX + pos, CLIP_S_PREFIX + neg
+                pos, neg, right = CLIP_S_PREFIX + pos, CLIP_S_PREFIX + neg, CLIP_S_PREFIX + right
             out.append(Example(ImageRef(image=s.render(), name=s.id), pos, source=s.id, negative=neg,
                                extra={"scene": s, "kind": kind}))
+            if len(out) == batch_size:
+                break
+            if self.twins > 0 and rng.random() < self.twins:
+                twin = counterfactual(s, flaw)
+                if twin is not None:  # the flawed text is the twin's positive, the exact correct twin its negative
+                    out.append(Example(ImageRef(image=twin.render(), name=twin.id), neg, source=twin.id,
+                                       negative=right, extra={"scene": twin, "kind": kind, "twin_of": s.id}))
+            if len(out) == batch_size:
+                break
         return out
 
 
@@ -133,7 +153,8 @@ def data(bb: Backbone, p: dict, *, seed: int) -> SceneStream:
     from capscore.scenes import render_size
 
     kinds, weights = negative_mix(p)
-    return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]))
+    return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]),
+                       twins=float(p["twins"]))
 
 
 def prepare(bb: Backbone, p: dict) -> dict:
@@ -145,6 +166,12 @@ def prepare(bb: Backbone, p: dict) -> dict:
     if p["dense_negatives"] not in ("own", "all"):
         raise param_error("dense_negatives", "the scenes-tiny recipe (--set)", "'own' or 'all'", p["dense_negatives"])
     negative_mix(p)
+    try:
+        twins = float(p["twins"])
+    except (TypeError, ValueError):
+        twins = -1.0
+    if not 0.0 <= twins <= 1.0:
+        raise param_error("twins", "the scenes-tiny recipe (--set)", "a probability in [0, 1]", p["twins"])
     return {}
 
 
