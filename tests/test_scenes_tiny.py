@@ -98,3 +98,21 @@ def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
         ref = wins[[k for k, it in enumerate(items) if it["kind"] == kind]]
         assert row["n"] == len(ref) and abs(row["blind"] - ref.mean()) <= 0.05, (kind, row, ref.mean())
     assert got["count"]["blind"] > 0.6  # scenes-tiny's count flips are mostly won by text priors (docs/scenes.md)
+    # paired: the scene prefers the correct caption AND its counterfactual twin prefers the flawed one
+    from capscore.scenes.captions import counterfactual
+
+    by_id = {s.id: s for s in generate_scenes(40, seed=EVAL_SEED, split="train", size=64)}
+    with torch.no_grad():
+        own = F.normalize(bb.model.encode_image(torch.stack([bb.preprocess(by_id[it["scene"]].render())
+                                                             for it in items])), dim=-1)
+    for kind in ("color", "shape", "count"):
+        ks = [k for k, it in enumerate(items) if it["kind"] == kind]
+        twins = {k: counterfactual(by_id[items[k]["scene"]], items[k]["flaw"]) for k in ks}
+        ks = [k for k in ks if twins[k] is not None]
+        with torch.no_grad():
+            tw = F.normalize(bb.model.encode_image(torch.stack([bb.preprocess(twins[k].render()) for k in ks])), dim=-1)
+        first = ((own[ks] * good[ks]).sum(1) > (own[ks] * bad[ks]).sum(1)).numpy()
+        second = ((tw * bad[ks]).sum(1) > (tw * good[ks]).sum(1)).numpy()
+        row = got[kind]
+        assert row["n_paired"] == len(ks) and abs(row["paired"] - (first & second).mean()) <= 0.05, (kind, row)
+        assert row["paired"] <= row["accuracy"]

@@ -19,7 +19,14 @@ prompt prefix unless ``prefix`` is given):
   alone, no object), i.e. what the text tower's priors win without looking at the scene. SugarCrepe
   (Hsieh et al., 2023) showed that text-only models beat CLIP on hard negatives whose false captions
   are less plausible text; a flip kind whose accuracy is not above its blind accuracy has not been
-  shown to use the image (scenes-tiny's count and hallucination flips: docs/scenes.md).
+  shown to use the image (scenes-tiny's count and hallucination flips: docs/scenes.md);
+* **paired** accuracy for colour, shape, count and attribute-swap flips: the item is won only if the
+  scene prefers its correct caption *and* the scene's counterfactual twin (the scene edited so that the
+  flawed caption is true of it, :func:`~capscore.scenes.captions.counterfactual`) prefers the flawed
+  one — Winoground's text score (Thrush et al., 2022) on a 2 × 2 minimal pair. The two captions swap
+  roles, so a text prior wins at most one half: an empty scene scores 0 (ties aside) and a model that
+  guesses 1/4. Items whose twin cannot be built (no free cell to add an object) are left out
+  (``n_paired``).
 """
 from __future__ import annotations
 
@@ -48,7 +55,7 @@ def flip_items(scenes, *, seed: int, kinds=EVAL_KINDS, unseen_only: bool = False
             if unseen_only and not (named & held):
                 continue
             out.append({"scene": s.id, "kind": kind, "correct": flaw.correct, "flawed": flaw.flawed,
-                        "detail": flaw.detail})
+                        "detail": flaw.detail, "flaw": flaw})
     return out
 
 
@@ -58,6 +65,15 @@ def _recall_at_1(img: torch.Tensor, txt: torch.Tensor, captions: list[str]) -> t
     i2t = same[np.arange(len(captions)), sim.argmax(1).numpy()].mean()
     t2i = same[np.arange(len(captions)), sim.argmax(0).numpy()].mean()
     return float(i2t), float(t2i)
+
+
+def _twins(scenes, items) -> list:
+    """Each item's counterfactual image twin (:func:`capscore.scenes.captions.counterfactual`), or None."""
+    from capscore.scenes.captions import COUNTERFACTUAL_KINDS, counterfactual
+
+    by_id = {s.id: s for s in scenes}
+    return [counterfactual(by_id[it["scene"]], it["flaw"]) if it["kind"] in COUNTERFACTUAL_KINDS else None
+            for it in items]
 
 
 def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str) -> dict:
@@ -78,11 +94,20 @@ def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str)
         wins = ((im * good).sum(1) > (im * bad).sum(1)).numpy()
         empty = encoder.encode_images([render_objects((), scenes[0].size)])  # (1, D)
         blind = ((empty * good).sum(1) > (empty * bad).sum(1)).numpy()
+        twins = {k: t for k, t in enumerate(_twins(scenes, items)) if t is not None}
+        paired = np.zeros(len(items), dtype=bool)
+        if twins:  # the twin image must prefer the flawed caption, which is true of it, to the correct one
+            keys = sorted(twins)
+            tw = encoder.encode_images([twins[k].render() for k in keys])
+            paired[keys] = wins[keys] & ((tw * bad[keys]).sum(1) > (tw * good[keys]).sum(1)).numpy()
         for kind in EVAL_KINDS:
             sel = [k for k, it in enumerate(items) if it["kind"] == kind]
             if sel:
                 row["flips"][kind] = {"n": len(sel), "accuracy": float(np.mean(wins[sel])),
                                       "blind": float(np.mean(blind[sel]))}
+                both = [k for k in sel if k in twins]
+                if both:
+                    row["flips"][kind].update(n_paired=len(both), paired=float(np.mean(paired[both])))
     return row
 
 
@@ -120,6 +145,7 @@ def format_report(res: dict) -> str:
             f = part["flips"].get(kind)
             cells[name] = f"{f['accuracy']:.3f} (n={f['n']})" if f else "-"
             cells[f"{name} blind"] = f"{f['blind']:.3f}" if f and "blind" in f else "-"
+            cells[f"{name} paired"] = f"{f['paired']:.3f}" if f and "paired" in f else "-"
         rows.append({"": kind, **cells})
     return "\n".join([f"scenes evaluation: {p['n']} scenes per set, seed {p['seed']}, prefix {p['prefix']!r}",
                       format_table(rows, digits=3, indent="")])
