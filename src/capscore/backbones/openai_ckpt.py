@@ -397,11 +397,9 @@ def build_clip(
             t["heads"] = heads[1]
             model = CLIP(cfg["embed_dim"], vision_cfg=CLIPVisionCfg(**v), text_cfg=CLIPTextCfg(**t),
                          quick_gelu=True if quick_gelu is None else quick_gelu)
-        if stem is not None:
+        if stem is not None:  # add_conv_stem refuses a tower without a patchify conv1, in one line
             from capscore.backbones.convstem import add_conv_stem
 
-            if not isinstance(getattr(model.visual, "conv1", None), torch.nn.Conv2d):
-                raise CapscoreError(f"{where}: the checkpoint has a convolutional stem, {arch} has none")
             add_conv_stem(model, stem, where=where)
     model = model.float()
     try:

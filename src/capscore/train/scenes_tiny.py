@@ -119,6 +119,8 @@ class SceneStream:
         rng = np.random.default_rng([self.seed, k, 17])
         out = []
         for s in scenes:
+            if len(out) == batch_size:  # image twins fill slots: the last scenes go unused
+                break
             ok = applicable_errors(s)
             idx = [i for i, kind in enumerate(self.kinds) if kind in ok]
             if not idx:  # no chosen kind applies to this scene: every scene still gets a negative
@@ -137,15 +139,11 @@ class SceneStream:
                 pos, neg, right = CLIP_S_PREFIX + pos, CLIP_S_PREFIX + neg, CLIP_S_PREFIX + right
             out.append(Example(ImageRef(image=s.render(), name=s.id), pos, source=s.id, negative=neg,
                                extra={"scene": s, "kind": kind}))
-            if len(out) == batch_size:
-                break
-            if self.twins > 0 and rng.random() < self.twins:
+            if self.twins > 0 and len(out) < batch_size and rng.random() < self.twins:
                 twin = counterfactual(s, flaw)
                 if twin is not None:  # the flawed text is the twin's positive, the exact correct twin its negative
                     out.append(Example(ImageRef(image=twin.render(), name=twin.id), neg, source=twin.id,
                                        negative=right, extra={"scene": twin, "kind": kind, "twin_of": s.id}))
-            if len(out) == batch_size:
-                break
         return out
 
 
