@@ -296,3 +296,55 @@ def test_image_twins_follow_their_scene_with_the_texts_swapped():
 
     with pytest.raises(CapscoreError, match="twins"):
         get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"twins": "2"}))
+
+
+def test_lock_text_steps_keeps_the_text_tower_at_its_init_then_trains_it(tmp_path, capsys):
+    """--set lock_text_steps=N: steps 0..N-1 move only the image tower (and temperature); step N moves both."""
+    from safetensors.torch import load_file
+
+    from capscore.backbones import load_backbone
+
+    assert main(["train", "scenes-tiny", "--out", str(tmp_path), "--steps", "3", "--batch-size", "4",
+                 "--ckpt-every", "1", "--eval-scenes", "0", "--set", "lock_text_steps=2",
+                 "--set", "dense=filip", "--set", "dense_weight=0.5"]) == 0
+    with pytest.warns(Warning):  # random init, as the recipe's start (seed 0)
+        init = load_backbone("openclip:scenes-tiny", seed=0).model.state_dict()
+
+    def ckpt(step):
+        d = load_file(str(tmp_path / "checkpoints" / f"step-{step:06d}" / "model.safetensors"))
+        return {k.removeprefix("model."): v for k, v in d.items()}
+
+    def moved(a, b, image: bool) -> int:
+        keys = [k for k in init if k.startswith("visual.") == image and k != "logit_scale"]
+        assert keys and all(k in a and k in b for k in keys)
+        return sum(int(not torch.equal(a[k].float(), b[k].float())) for k in keys)
+
+    s1, s2, s3 = ckpt(1), ckpt(2), ckpt(3)
+    assert moved(init, s1, image=False) == 0 and moved(s1, s2, image=False) == 0  # locked for steps 0 and 1
+    assert moved(init, s1, image=True) > 0 and moved(s1, s2, image=True) > 0
+    assert moved(s2, s3, image=False) > 0  # unlocked at step 2
+    capsys.readouterr()
+    assert main(["train", "scenes-tiny", "--out", str(tmp_path / "bad"), "--steps", "1",
+                 "--set", "lock_text_steps=-3"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "lock_text_steps" in err.strip().splitlines()[-1] and "-3" in err
+
+
+def test_single_object_curriculum_changes_only_the_first_micro_batches():
+    """--set single_object_steps=N: micro-batches k < N hold one object per scene and only negatives that
+    apply to one object; from N on the stream is the default one, micro-batch for micro-batch."""
+    from capscore.train.recipes import get_recipe, resolve_params
+
+    stream = SceneStream(3, single_until=2)
+    for k in (0, 1):
+        batch = stream.batch(k, 16)
+        assert {len(e.extra["scene"].objects) for e in batch} == {1}
+        assert {e.extra["kind"] for e in batch} <= {"color", "shape", "count", "hallucination"}
+    default = SceneStream(3)
+    for k in (2, 5):
+        got, want = stream.batch(k, 12), default.batch(k, 12)
+        assert [(e.caption, e.negative, e.source) for e in got] == [(e.caption, e.negative, e.source) for e in want]
+    assert max(len(e.extra["scene"].objects) for e in stream.batch(2, 64)) > 1
+    recipe = get_recipe("scenes-tiny")
+    with pytest.raises(CapscoreError, match="single_object_steps"):
+        recipe.prepare(None, resolve_params(recipe, {"single_object_steps": "-1"}))
