@@ -275,8 +275,11 @@ def main(argv=None) -> int:
     for spec in a.model:
         t = time.perf_counter()
         if a.sensitivity:
+            from capscore.backbones import load_backbone
+
+            bb = load_backbone(spec, seed=0)  # loaded once for both scene sizes
             for k in (1, 3):
-                res = sensitivity(spec, objects=k)
+                res = sensitivity(bb, objects=k)
                 print(f"{spec} sensitivity, {k} object(s): " + "  ".join(f"{key} {v:.3f}" for key, v in res.items()))
             continue
         res = linear_probe(spec)
