@@ -15,7 +15,7 @@ import numpy as np
 from capscore.errors import CapscoreError, unknown_name
 from capscore.scenes.claims import CONVERSE, Mention, Motion, Relation, Total, Unit, Where, relation_fact
 from capscore.scenes.lexicon import SEPARATOR, realise
-from capscore.scenes.vocab import COLOR_NAMES, MOTIONS, PATTERNS, REGIONS, SHAPES, SIZES, heldout_pairs
+from capscore.scenes.vocab import COLOR_NAMES, GRID, MOTIONS, PATTERNS, REGIONS, SHAPES, SIZES, heldout_pairs
 
 if TYPE_CHECKING:  # pragma: no cover
     from capscore.scenes.graph import Clip, Group, Scene
@@ -403,7 +403,6 @@ def counterfactual(scene: "Scene", flaw: Flaw) -> "Scene | None":
     from dataclasses import replace
 
     from capscore.scenes.graph import Scene, SceneObject, build_graph
-    from capscore.scenes.vocab import GRID
 
     if flaw.kind not in COUNTERFACTUAL_KINDS:
         return None
@@ -439,8 +438,6 @@ def counterfactual(scene: "Scene", flaw: Flaw) -> "Scene | None":
         graph = build_graph(tuple(objs))
     except ValueError:
         return None
-    from capscore.scenes.vocab import heldout_pairs
-
     held = heldout_pairs(scene.split_seed)
     is_held = any(o.key in held for o in objs)
     if scene.split == "train" and is_held:
