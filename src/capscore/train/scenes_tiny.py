@@ -41,8 +41,11 @@ pins a short run of it bit for bit against the trainer it replaced).
   from single objects within 200 steps but not from scenes of 1–6 objects, where colour, count and
   position already tell the captions apart (``benchmarks/scenes_shape.py --contrastive ... --objects 1 6
   --lock-text``). Curriculum learning (Bengio et al. 2009) is the idea; the split is this recipe's choice.
-  Measured with both at 300 on v3 (docs/scenes.md § Why shape is not learned): shape on minimal image
-  pairs 0.26 / 0.37 → 0.48 / 0.51, paired count 0.43 / 0.50 → 0.28 / 0.31; one seed;
+  Measured on v3 (docs/scenes.md § Why shape is not learned; one seed each), shape on minimal image
+  pairs 0.26 / 0.37 → 0.48 / 0.51 with both at 300 (only the image tower learns shape before the full
+  scenes, and they undo most of it), → 0.72 / 0.78 with ``single_object_steps=500 lock_text_steps=300``
+  (the text tower then learns shape from single objects too, and keeps it); that alone lowers count on
+  minimal pairs (0.43 → 0.19), which ``twins=0.5`` restores (0.69);
 * optimisation (the loop's; this recipe's defaults in :data:`OPTIM`, :data:`TRAIN_DEFAULTS`): AdamW, no
   weight decay on gains, biases, embeddings and the logit scale, linear warm-up then cosine decay to
   10 % of the peak rate, gradient clipping at 1.0; fp32 on CPU; the model starts from the random
