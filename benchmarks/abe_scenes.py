@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=300, help="number of scenes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--split", default="all")
-    ap.add_argument("--size", type=int, default=64, help="rendered image size (px)")
+    ap.add_argument("--size", type=int, default=None, help="rendered image size (px; default the model's input size)")
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--p", type=int, default=5)
     ap.add_argument("--examples", type=int, default=0, help="print this many swap examples with scores")
@@ -87,6 +87,9 @@ def main(argv=None) -> int:
 
     bb = load_backbone(args.model, seed=args.seed)
     enc = Encoder(bb)
+    from capscore.scenes import render_size
+
+    args.size = args.size or render_size(bb)
     data = build_pairs(args.n, args.seed, args.size, args.split)
     print(f"model {bb.spec}  ({bb.identity})  patches: {bb.has_patch_tokens}")
     print(f"scenes {args.n} (seed {args.seed}, split {args.split}, {args.size}px); K={args.k} P={args.p}")

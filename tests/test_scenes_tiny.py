@@ -38,9 +38,25 @@ def test_loads_through_registry_with_stable_identity(bb):
     a = Encoder(bb).encode_texts(["A picture of a red circle."])
     b = Encoder(again).encode_texts(["A picture of a red circle."])
     assert torch.equal(a, b)
-    img = capscore.scenes.generate_scenes(1, seed=0)[0].render()
+    img = capscore.scenes.generate_scenes(1, seed=0, size=96)[0].render()
     g, p = Encoder(bb).image_patches([img])
-    assert p.shape == (1, 64, bb.embed_dim)  # 64 px / 8 px patches = 8 x 8
+    assert p.shape == (1, 144, bb.embed_dim)  # v3: 96 px, a stride-8 convolutional stem = 12 x 12 patches
+
+
+def test_v1_stays_loadable_under_its_own_name(bb):
+    """scenes-tiny-v1 (64 px ViT, a file without an ``arch`` in its metadata) for the numbers measured with it."""
+    from capscore.scenes.tiny import BUNDLED_FILES, weights_arch
+
+    assert weights_arch(BUNDLED_FILES["scenes-tiny"]) == "scenes-tiny-v3"
+    assert weights_arch(BUNDLED_FILES["scenes-tiny-v1"]) == "scenes-tiny"
+    v1 = load_backbone("scenes-tiny-v1")
+    assert v1.identity.startswith("open_clip:scenes-tiny-v1|w=") and v1.identity != bb.identity
+    assert (v1.image_size, bb.image_size) == (64, 96)
+    claims = json.loads((WEIGHTS_DIR / "scenes-tiny-v1.json").read_text())["evaluation"]
+    from capscore.scenes.evaluate import evaluate_scenes
+
+    got = evaluate_scenes(v1, n=60, seed=claims["params"]["seed"])["seen"]["flips"]["color"]["accuracy"]
+    assert abs(got - claims["seen"]["flips"]["color"]["accuracy"]) <= 0.1  # 60 of its 300 scenes: sampling noise
 
 
 def test_claimed_rates_reproduce_on_the_fixed_seed(bb, claims):
@@ -60,7 +76,7 @@ def test_flip_wins_recomputed_with_plain_open_clip(bb, claims):
     """Independent path: open_clip's own tokenizer (padded to 77) and encode_* on the raw model."""
     from capscore.scenes import applicable_errors, generate_scenes, make_flaw
 
-    scenes = generate_scenes(60, seed=4321, split="train")
+    scenes = generate_scenes(60, seed=4321, split="train", size=96)
     items = [(s, make_flaw(s, "color", np.random.default_rng([4321, s.index]))) for s in scenes
              if "color" in applicable_errors(s)]
     tok = open_clip.get_tokenizer("scenes-tiny")
@@ -87,10 +103,10 @@ def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
     from capscore.scenes.graph import render_objects
 
     got = evaluate_scenes(bb, n=40)["seen"]["flips"]
-    items = flip_items(generate_scenes(40, seed=EVAL_SEED, split="train", size=64), seed=EVAL_SEED)
+    items = flip_items(generate_scenes(40, seed=EVAL_SEED, split="train", size=96), seed=EVAL_SEED)
     tok = open_clip.get_tokenizer("scenes-tiny")
     with torch.no_grad():
-        empty = F.normalize(bb.model.encode_image(bb.preprocess(render_objects((), 64))[None]), dim=-1)
+        empty = F.normalize(bb.model.encode_image(bb.preprocess(render_objects((), 96))[None]), dim=-1)
         good = F.normalize(bb.model.encode_text(tok([it["correct"] for it in items])), dim=-1)
         bad = F.normalize(bb.model.encode_text(tok([it["flawed"] for it in items])), dim=-1)
     wins = ((empty * good).sum(1) > (empty * bad).sum(1)).numpy()
@@ -101,7 +117,7 @@ def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
     # paired: the scene prefers the correct caption AND its counterfactual twin prefers the flawed one
     from capscore.scenes.captions import counterfactual
 
-    by_id = {s.id: s for s in generate_scenes(40, seed=EVAL_SEED, split="train", size=64)}
+    by_id = {s.id: s for s in generate_scenes(40, seed=EVAL_SEED, split="train", size=96)}
     with torch.no_grad():
         own = F.normalize(bb.model.encode_image(torch.stack([bb.preprocess(by_id[it["scene"]].render())
                                                              for it in items])), dim=-1)

@@ -76,7 +76,17 @@ def test_recipe_reproduces_the_replaced_trainer_and_itself_bit_for_bit(tmp_path,
     assert all(v.dtype == torch.float16 for v in bundled.values())
     assert torch.equal(bundled["text_projection"], state["text_projection"].half())
     bb = backbone_from_file(tmp_path / "a" / "scenes-tiny.safetensors", spec="x")
-    assert bb.embed_dim == 128
+    assert bb.embed_dim == 128 and bb.image_size == 64  # the file names its architecture: openclip:scenes-tiny
+    report = json.loads((tmp_path / "a" / "scenes-tiny.json").read_text())  # the report beside a bundled file
+    assert report["arch"] == "scenes-tiny" and report["evaluation"] is None  # --eval-scenes 0
+    assert report["params"] == sum(v.numel() for v in state.values() if v.is_floating_point())
+    assert report["history"] == []  # 4 steps: no complete block of 50
+    from capscore.train.scenes_tiny import bundle_report
+
+    two = bundle_report(tmp_path / "a" / "log.jsonl", arch="x", command="c", config={}, recipe_params={},
+                        n_params=0, evaluation=None, every=2)["history"]
+    assert [h["step"] for h in two] == [2, 4]
+    assert [h["loss"] for h in two] == pytest.approx([(losses[0] + losses[1]) / 2, (losses[2] + losses[3]) / 2])
     card = json.loads((tmp_path / "a" / "card.json").read_text())
     assert card["recipe"] == "scenes-tiny" and card["train_config"]["lr"] == 1e-3
     assert card["train_config"]["grad_clip"] == 1.0 and card["base_model"] == "openclip:scenes-tiny"

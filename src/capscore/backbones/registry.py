@@ -60,6 +60,7 @@ ADAPTERS: dict[str, Adapter] = {
 # Bundled models: name -> "module:function" returning a Backbone.
 BUNDLED: dict[str, str] = {
     "scenes-tiny": "capscore.scenes.tiny:load_scenes_tiny",
+    "scenes-tiny-v1": "capscore.scenes.tiny:load_scenes_tiny",  # the first bundled model (scenes/tiny.py)
 }
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")

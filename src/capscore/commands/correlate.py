@@ -80,12 +80,15 @@ def configure(p) -> None:
     _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
 
 
-def _load(args):
+def _load(args, *, size: int | None = None):
+    """The dataset of ``--dataset``; scenes-oracle's scenes are drawn at ``size`` px (default 64)."""
     from capscore.meta.datasets import load_dataset
 
     opts = {}
     if args.dataset == "scenes-oracle":
         opts["n_scenes"] = args.scenes
+        if size:
+            opts["size"] = size
     return load_dataset(args.dataset, args.path, args.images, seed=args.seed, split=args.split,
                         coco_captions=args.coco_captions, **opts)
 
@@ -152,6 +155,11 @@ def _score_and_correlate(args, ds, common):
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
+        if args.dataset == "scenes-oracle":  # the same scenes and captions, drawn at this model's input size
+            from capscore.scenes import render_size
+
+            if ds.params.get("size") != render_size(backbone):
+                ds = _load(args, size=render_size(backbone))
         from capscore.commands.score import warn_metric_fit
 
         for name in args.metric:

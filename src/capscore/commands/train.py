@@ -158,7 +158,7 @@ def run(args) -> int:
     write_model_card(out, recipe=recipe.name, citation=recipe.citation, base_model=model_spec, params=params,
                      config=asdict(cfg), evals=res.evals, model_path=str(path), data=data_name, command=command)
     if recipe.export == "scenes-tiny":  # also the bundled format (fp16) and the flip evaluation
-        _export_scenes_tiny(bb, out, params, cfg, command, args.eval_scenes)
+        _export_scenes_tiny(bb, out, params, cfg, command, args.eval_scenes, model_spec)
     last = res.history[-1] if res.history else {}
     print(f"trained {recipe.name} for {cfg.steps} steps (final loss {last.get('loss', float('nan')):.4f}); "
           f"load with --model ckpt:{path}")
@@ -167,20 +167,31 @@ def run(args) -> int:
     return 0
 
 
-def _export_scenes_tiny(bb, out, params, cfg, command, eval_scenes: int) -> None:
-    """OUT/scenes-tiny.safetensors (fp16, a drop-in for capscore/scenes/weights/) and, with
-    --eval-scenes N, ``capscore scenes eval``'s table on N held-out scenes in OUT/scenes-eval.json."""
+def _export_scenes_tiny(bb, out, params, cfg, command, eval_scenes: int, model_spec: str) -> None:
+    """OUT/scenes-tiny.safetensors (fp16, a drop-in for capscore/scenes/weights/, naming its architecture
+    in its metadata) and OUT/scenes-tiny.json, the training report beside a bundled file; with
+    --eval-scenes N, ``capscore scenes eval``'s table on N held-out scenes, measured on the exported fp16
+    file as the bundled loader reads it (also in OUT/scenes-eval.json)."""
     import json
     from dataclasses import asdict
 
-    from capscore.train.scenes_tiny import export_bundled
+    from capscore.scenes.tiny import backbone_from_file
+    from capscore.train.scenes_tiny import bundle_report, export_bundled
 
+    arch = model_spec.split(":", 1)[1].split("/")[0] if model_spec.startswith("openclip:") else None
     path = out / "scenes-tiny.safetensors"
-    export_bundled(bb, path, {"config": json.dumps(asdict(cfg)), "params": json.dumps(params), "command": command})
+    meta = {"config": json.dumps(asdict(cfg)), "params": json.dumps(params), "command": command}
+    export_bundled(bb, path, {**meta, "arch": arch} if arch else meta)
     print(f"bundled format: {path} ({path.stat().st_size / 1e6:.1f} MB, fp16)")
+    evaluation = None
     if eval_scenes:
         from capscore.scenes.evaluate import evaluate_scenes, format_report
 
-        res = evaluate_scenes(bb, n=eval_scenes)
-        print(format_report(res))
-        (out / "scenes-eval.json").write_text(json.dumps(res, indent=1) + "\n")
+        shipped = backbone_from_file(path, spec="scenes-tiny") if arch else bb  # no arch named: the live model
+        evaluation = evaluate_scenes(shipped, n=eval_scenes)
+        print(format_report(evaluation))
+        (out / "scenes-eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")
+    report = bundle_report(out / "log.jsonl", arch=arch, command=command, config=asdict(cfg),
+                           recipe_params=params, n_params=sum(p.numel() for p in bb.model.parameters()),
+                           evaluation=evaluation)
+    (out / "scenes-tiny.json").write_text(json.dumps(report, indent=1) + "\n")

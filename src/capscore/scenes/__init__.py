@@ -19,7 +19,7 @@ from capscore.scenes.vocab import COLOR_NAMES, COLORS, PATTERNS, RELATIONS, SHAP
 
 def render_size(model=None, default: int = 64) -> int:
     """The side (px) to render scenes at for a backbone or an encoder: its image tower's input size,
-    so a model sees scenes drawn at the resolution it takes (scenes-tiny 64, scenes-tiny-v2 96,
+    so a model sees scenes drawn at the resolution it takes (scenes-tiny 96, scenes-tiny-v1 64,
     a ViT-B/32 224) instead of 64-px drawings upsampled by its preprocessing; ``default`` when the
     model does not say (or no model is given)."""
     bb = getattr(model, "backbone", model)

@@ -1,8 +1,15 @@
-"""The bundled ``scenes-tiny`` model: a small CLIP trained on synthetic scenes (see ``MODEL_CARD.md``).
+"""The bundled ``scenes-tiny`` models: small CLIPs trained on synthetic scenes (see ``MODEL_CARD.md``).
 
-``load_backbone("scenes-tiny")`` lands here through ``capscore.backbones.registry.BUNDLED``. The
-architecture is the open_clip config ``backbones/configs/scenes-tiny.json``; the weights are the fp16
-safetensors file shipped in ``capscore/scenes/weights/``, cast to float32 on load (or the dtype asked for).
+``load_backbone("scenes-tiny")`` lands here through ``capscore.backbones.registry.BUNDLED``. The weights
+are fp16 safetensors files shipped in ``capscore/scenes/weights/``, cast to float32 on load (or the dtype
+asked for); each names its open_clip architecture in its metadata (``arch``; a file without it is the v1
+architecture ``scenes-tiny``), and the JSON beside it is its training report and claimed evaluation.
+
+* ``scenes-tiny``: v3 (``backbones/configs/scenes-tiny-v3.json``: 96 px, convolutional stem, 8 px
+  patches), trained with the single-object curriculum and image twins (MODEL_CARD.md);
+* ``scenes-tiny-v1``: the first bundled model (64 px ViT, ``backbones/configs/scenes-tiny.json``). Kept
+  because measured numbers in the docs were made with it (docs/replications.md: PR-MCS and SPECS start
+  from it; the README's speed benchmarks); new work should use ``scenes-tiny``.
 """
 from __future__ import annotations
 
@@ -12,13 +19,25 @@ import torch
 
 from capscore.errors import CapscoreError
 
-ARCH = "scenes-tiny"
-WEIGHTS = Path(__file__).parent / "weights" / "scenes-tiny.safetensors"
+ARCH = "scenes-tiny"  # the architecture of a weights file that does not name one (v1)
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+BUNDLED_FILES = {"scenes-tiny": WEIGHTS_DIR / "scenes-tiny.safetensors",
+                 "scenes-tiny-v1": WEIGHTS_DIR / "scenes-tiny-v1.safetensors"}
+WEIGHTS = BUNDLED_FILES["scenes-tiny"]
 
 
-def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str = ARCH):
-    """Build the open_clip architecture ``arch`` (with its convolutional stem where it has one,
-    :mod:`capscore.backbones.convstem`) and load an fp16/fp32 safetensors state dict into it (float32)."""
+def weights_arch(path: str | Path) -> str:
+    """The open_clip architecture a bundled-format weights file names in its metadata (default v1's)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        return (f.metadata() or {}).get("arch", ARCH)
+
+
+def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str | None = None):
+    """Build the open_clip architecture ``arch`` (default: the one the file's metadata names; with its
+    convolutional stem where it has one, :mod:`capscore.backbones.convstem`) and load an fp16/fp32
+    safetensors state dict into it (float32)."""
     import logging
 
     import open_clip
@@ -28,8 +47,9 @@ def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str = ARCH):
 
     path = Path(path)
     if not path.is_file():
-        raise CapscoreError(f"{arch} weights not found at {path}; reinstall capscore or train them with "
+        raise CapscoreError(f"{arch or ARCH} weights not found at {path}; reinstall capscore or train them with "
                             f"`capscore train scenes-tiny --out DIR` (then DIR/scenes-tiny.safetensors)")
+    arch = arch or weights_arch(path)
     logging.getLogger("root").setLevel(logging.ERROR)  # open_clip: 'No pretrained weights loaded' on root
     model, preprocess = _seeded_create(arch, pretrained=None, seed=0)  # the init is overwritten
     state = {k: v.float() for k, v in load_file(str(path)).items()}
@@ -41,11 +61,13 @@ def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str = ARCH):
     return OpenClipBackbone(model.float(), preprocess, open_clip.get_tokenizer(arch), spec=spec)
 
 
-def load_scenes_tiny(*, spec: str = ARCH, device: str = "cpu", dtype: str = "fp32", seed: int = 0,
-                     context_length: int | None = None, arch: str = ARCH, weights: Path = WEIGHTS):
-    """The registry entry point. ``seed`` is ignored (trained weights); ``context_length`` must be 77 or None."""
+def load_scenes_tiny(*, spec: str = "scenes-tiny", device: str = "cpu", dtype: str = "fp32", seed: int = 0,
+                     context_length: int | None = None, weights: Path | None = None):
+    """The registry entry point for the bundled model ``spec`` (a key of :data:`BUNDLED_FILES`).
+    ``seed`` is ignored (trained weights); ``context_length`` must be 77 or None."""
     from capscore.backbones.base import resolve_dtype
 
     if context_length not in (None, 77):
-        raise CapscoreError(f"{arch} has a 77-token context; got context_length={context_length}")
-    return backbone_from_file(weights, spec=spec, arch=arch).to(device, resolve_dtype(dtype))
+        raise CapscoreError(f"{spec} has a 77-token context; got context_length={context_length}")
+    weights = weights or BUNDLED_FILES[spec]
+    return backbone_from_file(weights, spec=spec).to(device, resolve_dtype(dtype))

@@ -243,3 +243,28 @@ def export_bundled(bb: Backbone, path, metadata: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     save_file(state, str(tmp), metadata={k: str(v) for k, v in metadata.items()})
     tmp.replace(path)
+
+
+def bundle_report(log_path, *, arch: str | None, command: str, config: dict, recipe_params: dict,
+                  n_params: int, evaluation: dict | None, every: int = 50) -> dict:
+    """The training report that sits beside a bundled weights file (``capscore/scenes/weights/NAME.json``;
+    ``tests/test_scenes_tiny.py`` re-measures its ``evaluation``): the architecture, the command, the
+    loop's config and the recipe's parameters, the parameter count, the training time (the sum of the
+    logged per-step seconds, evaluations excluded), the loss log as means over blocks of ``every``
+    steps, the torch version and thread count, and the ``capscore scenes eval`` result."""
+    import json
+    from pathlib import Path
+
+    logged = [e for e in map(json.loads, Path(log_path).read_text().splitlines()) if "loss" in e]
+    steps = sorted({e["step"]: e for e in logged}.values(), key=lambda e: e["step"])  # a resume may repeat steps
+    history = []
+    for end in range(every, len(steps) + 1, every):
+        block = steps[end - every:end]
+        row = {"step": block[-1]["step"]}
+        for key in ("loss", "i2t_acc", "hardneg_acc", "global", "dense"):
+            if all(key in e for e in block):
+                row[key] = sum(e[key] for e in block) / len(block)
+        history.append({**row, "lr": block[-1]["lr"]})
+    return {"arch": arch, "command": command, "config": config, "recipe_params": recipe_params,
+            "params": n_params, "wall_s": sum(e.get("sec", 0.0) for e in steps), "history": history,
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "evaluation": evaluation}
