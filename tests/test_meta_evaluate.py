@@ -213,6 +213,20 @@ def test_correlate_draws_the_oracle_scenes_at_each_models_input_size(monkeypatch
     assert seen == [{(64, 64)}, {(96, 96)}, {(64, 64)}]  # the default, then one set per model
     rows = [ln for ln in capsys.readouterr().out.splitlines() if "clip-s" in ln.lower()]
     assert len(rows) == 2
+    # the in-memory scenes-video clips likewise
+    import capscore.meta.video as video
+
+    clips, real_v = [], video.scenes_video_oracle
+
+    def spy_v(path=None, **kw):
+        ds = real_v(path, **kw)
+        clips.append({f.size for it in ds.items for f in it.image.frames})
+        return ds
+
+    monkeypatch.setattr(video, "scenes_video_oracle", spy_v)
+    assert main(["-q", "correlate", "--dataset", "scenes-video", "--scenes", "2", "--model", "scenes-tiny",
+                 "--metric", "clip-s", "--bootstrap", "0", "--no-cache"]) == 0
+    assert clips == [{(64, 64)}, {(96, 96)}]
 
 
 def _rating_set(name, human, langs=None, groups=None):

@@ -267,6 +267,11 @@ def _run_video(args) -> int:
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
+        if args.dataset == "scenes-video" and args.path is None:  # in-memory clips: drawn at this model's size
+            from capscore.scenes import render_size
+
+            if ds.params.get("size") != render_size(backbone):
+                ds = load_video_dataset(args.dataset, seed=args.seed, n_scenes=args.scenes, size=render_size(backbone))
         encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache,
                           progress=not getattr(args, "quiet", False))
         for m in metrics:

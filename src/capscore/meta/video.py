@@ -254,11 +254,12 @@ def load_activitynet_foil(path, videos=None) -> VideoFoilSet:
 
 
 # ------------------------------------------------------------------------------------ scenes-video oracle
-def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames: int = 8) -> VideoRatingSet:
+def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames: int = 8,
+                        size: int = 64) -> VideoRatingSet:
     """Synthetic clips with graded motion captions and their exact oracle F1 as the one "annotator".
 
     ``path``: a folder written by ``capscore scenes generate --videos`` (its ``captions.jsonl`` and
-    ``videos/``, decoded from the files); without it the same clips are built in memory.
+    ``videos/``, decoded from the files); without it the same clips are built in memory, ``size`` px.
     """
     if path is not None:
         root = Path(path).expanduser()
@@ -278,7 +279,7 @@ def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames:
     from capscore.scenes.video import clip_captions, generate_clips
 
     items, hum = [], []
-    for clip in generate_clips(n_scenes, seed=seed, frames=frames):
+    for clip in generate_clips(n_scenes, seed=seed, frames=frames, size=size):
         v = VideoRef(frames=clip.frames, name=f"scene {clip.scene.id}")
         for row in clip_captions(clip, seed=seed):
             items.append(Record(row["id"], v, row["caption"], tuple(row["refs"]), system=row["system"],
@@ -286,7 +287,7 @@ def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames:
             hum.append(row["oracle_f1"])
     return VideoRatingSet("scenes-video", f"capscore.scenes (seed {seed})", tuple(items), np.asarray(hum)[:, None],
                           tuple(r for it in items for r in it.refs),
-                          params={"n_scenes": n_scenes, "seed": seed, "frames": frames})
+                          params={"n_scenes": n_scenes, "seed": seed, "frames": frames, "size": size})
 
 
 # ------------------------------------------------------------------------------------ evaluation
@@ -378,13 +379,14 @@ VIDEO_DATASETS = {
 }
 
 
-def load_video_dataset(name: str, path=None, videos=None, *, seed: int = 0, n_scenes: int = 40):
+def load_video_dataset(name: str, path=None, videos=None, *, seed: int = 0, n_scenes: int = 40,
+                       size: int = 64):
     if name == "vatex-eval":
         return load_vatex_eval(path, videos)
     if name == "activitynet-foil":
         return load_activitynet_foil(path, videos)
     if name == "scenes-video":
-        return scenes_video_oracle(path, n_scenes=n_scenes, seed=seed)
+        return scenes_video_oracle(path, n_scenes=n_scenes, seed=seed, size=size)
     from capscore.errors import unknown_name
 
     raise unknown_name("video dataset", name, VIDEO_DATASETS)

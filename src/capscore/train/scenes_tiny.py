@@ -2,8 +2,12 @@
 
 ``capscore train scenes-tiny --out DIR`` runs it through the one loop (:mod:`capscore.train.loop`),
 so checkpoints, exact resume, logs, evaluation and the model card are those of every recipe.
-The v1 bundled model's run is this recipe with its defaults (``tests/test_train_scenes_tiny.py``
-pins a short run of it bit for bit against the trainer it replaced).
+The v1 model's run (``scenes-tiny-v1``) is this recipe with its defaults (``tests/test_train_scenes_tiny.py``
+pins a short run of it bit for bit against the trainer it replaced); the bundled ``scenes-tiny`` (v3) is
+this recipe on ``openclip:scenes-tiny-v3`` with the FILIP term, re-weighted negatives, the single-object
+curriculum, the locked text tower and image twins (the command is in ``capscore/scenes/MODEL_CARD.md``).
+Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and ``scenes-tiny.json``
+(:func:`bundle_report`).
 
 * data (:class:`SceneStream`): micro-batch ``k`` is ``generate_scenes(B, seed, split="train",
   start=k·B)`` — a pure function of (seed, k); no scene repeats, held-out (shape, colour) pairs never
