@@ -254,6 +254,10 @@ def test_missing_weights_is_a_one_line_error(tmp_path):
     with pytest.raises(CapscoreError, match="scenes-tiny weights not found") as e:
         backbone_from_file(tmp_path / "nope.safetensors")
     assert "\n" not in str(e.value) and "capscore train scenes-tiny" in str(e.value)
+    (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(CapscoreError, match="bad.safetensors: not a readable safetensors file") as e:
+        backbone_from_file(tmp_path / "bad.safetensors")
+    assert "\n" not in str(e.value)
 
 
 def test_recall_at_1_counts_identical_captions_as_hits():
@@ -358,3 +362,23 @@ def test_single_object_curriculum_changes_only_the_first_micro_batches():
     recipe = get_recipe("scenes-tiny")
     with pytest.raises(CapscoreError, match="single_object_steps"):
         recipe.prepare(None, resolve_params(recipe, {"single_object_steps": "-1"}))
+
+
+def test_a_v3_run_exports_the_two_bundled_files_and_its_claims_are_the_shipped_files(tmp_path):
+    """OUT/scenes-tiny.safetensors names its architecture (v3: 96 px, conv stem), so the bundled loader
+    rebuilds it with no hint; OUT/scenes-tiny.json's evaluation is measured on that fp16 file."""
+    from capscore.scenes.evaluate import evaluate_scenes
+    from capscore.scenes.tiny import backbone_from_file, weights_arch
+
+    out = tmp_path / "v3"
+    assert main(["-q", "train", "scenes-tiny", "--model", "openclip:scenes-tiny-v3", "--out", str(out), "--steps", "1",
+                 "--batch-size", "4", "--warmup", "1", "--eval-scenes", "6"]) == 0
+    path = out / "scenes-tiny.safetensors"
+    assert weights_arch(path) == "scenes-tiny-v3"
+    bb = backbone_from_file(path)
+    assert bb.image_size == 96 and "visual.conv1.0.weight" in bb.model.state_dict()  # the stem's first conv
+    report = json.loads((out / "scenes-tiny.json").read_text())
+    assert report["arch"] == "scenes-tiny-v3" and report["config"]["steps"] == 1
+    again = evaluate_scenes(bb, n=6)
+    assert report["evaluation"]["seen"] == again["seen"] and report["evaluation"]["unseen"] == again["unseen"]
+    assert report["evaluation"]["params"]["size"] == 96

@@ -187,7 +187,7 @@ def _export_scenes_tiny(bb, out, params, cfg, command, eval_scenes: int, model_s
     if eval_scenes:
         from capscore.scenes.evaluate import evaluate_scenes, format_report
 
-        shipped = backbone_from_file(path, spec="scenes-tiny") if arch else bb  # no arch named: the live model
+        shipped = backbone_from_file(path, spec=str(path)) if arch else bb  # no arch named: the live model
         evaluation = evaluate_scenes(shipped, n=eval_scenes)
         print(format_report(evaluation))
         (out / "scenes-eval.json").write_text(json.dumps(evaluation, indent=1) + "\n")

@@ -9,7 +9,7 @@ architecture ``scenes-tiny``), and the JSON beside it is its training report and
   patches), trained with the single-object curriculum and image twins (MODEL_CARD.md);
 * ``scenes-tiny-v1``: the first bundled model (64 px ViT, ``backbones/configs/scenes-tiny.json``). Kept
   because measured numbers in the docs were made with it (docs/replications.md: PR-MCS and SPECS start
-  from it; the README's speed benchmarks); new work should use ``scenes-tiny``.
+  from it; the README's v1 columns and video throughput); new work should use ``scenes-tiny``.
 """
 from __future__ import annotations
 
@@ -28,10 +28,13 @@ WEIGHTS = BUNDLED_FILES["scenes-tiny"]
 
 def weights_arch(path: str | Path) -> str:
     """The open_clip architecture a bundled-format weights file names in its metadata (default v1's)."""
-    from safetensors import safe_open
+    from safetensors import SafetensorError, safe_open
 
-    with safe_open(str(path), "pt") as f:
-        return (f.metadata() or {}).get("arch", ARCH)
+    try:
+        with safe_open(str(path), "pt") as f:
+            return (f.metadata() or {}).get("arch", ARCH)
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CapscoreError(f"{path}: not a readable safetensors file ({str(e).splitlines()[0][:120]})") from None
 
 
 def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str | None = None):
