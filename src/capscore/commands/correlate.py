@@ -80,6 +80,16 @@ def configure(p) -> None:
     _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
 
 
+def _drawn_for(backbone, ds, redraw):
+    """``ds``, or, for a dataset drawn in memory at some size (scenes-oracle, scenes-video without files:
+    ``params["size"]``), the same scenes, captions and oracle scores redrawn at ``backbone``'s input size by
+    ``redraw(size)``, so a 96-px model does not score 64-px drawings upsampled by its preprocessing."""
+    from capscore.scenes import render_size
+
+    drawn, wanted = ds.params.get("size"), render_size(backbone)
+    return ds if drawn is None or drawn == wanted else redraw(wanted)
+
+
 def _load(args, *, size: int | None = None):
     """The dataset of ``--dataset``; scenes-oracle's scenes are drawn at ``size`` px (default 64)."""
     from capscore.meta.datasets import load_dataset
@@ -155,11 +165,7 @@ def _score_and_correlate(args, ds, common):
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
-        if args.dataset == "scenes-oracle":  # the same scenes and captions, drawn at this model's input size
-            from capscore.scenes import render_size
-
-            if ds.params.get("size") != render_size(backbone):
-                ds = _load(args, size=render_size(backbone))
+        ds = _drawn_for(backbone, ds, lambda size: _load(args, size=size))
         from capscore.commands.score import warn_metric_fit
 
         for name in args.metric:
@@ -267,11 +273,8 @@ def _run_video(args) -> int:
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
-        if args.dataset == "scenes-video" and args.path is None:  # in-memory clips: drawn at this model's size
-            from capscore.scenes import render_size
-
-            if ds.params.get("size") != render_size(backbone):
-                ds = load_video_dataset(args.dataset, seed=args.seed, n_scenes=args.scenes, size=render_size(backbone))
+        ds = _drawn_for(backbone, ds, lambda size: load_video_dataset(args.dataset, seed=args.seed,
+                                                                      n_scenes=args.scenes, size=size))
         encoder = Encoder(backbone, batch_size=args.batch_size, cache=cache,
                           progress=not getattr(args, "quiet", False))
         for m in metrics:

@@ -178,7 +178,11 @@ def _export_scenes_tiny(bb, out, params, cfg, command, eval_scenes: int, model_s
     from capscore.scenes.tiny import backbone_from_file
     from capscore.train.scenes_tiny import bundle_report, export_bundled
 
-    arch = model_spec.split(":", 1)[1].split("/")[0] if model_spec.startswith("openclip:") else None
+    from capscore.backbones.registry import parse_model_spec
+
+    adapter, rest = parse_model_spec(model_spec)
+    named = adapter.prefix == "openclip" and ":" not in rest  # an architecture by name, not hf-hub:/local-dir:
+    arch = rest.split("/")[0] if named else None
     path = out / "scenes-tiny.safetensors"
     meta = {"config": json.dumps(asdict(cfg)), "params": json.dumps(params), "command": command}
     export_bundled(bb, path, {**meta, "arch": arch} if arch else meta)

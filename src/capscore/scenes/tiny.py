@@ -23,7 +23,6 @@ ARCH = "scenes-tiny"  # the architecture of a weights file that does not name on
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 BUNDLED_FILES = {"scenes-tiny": WEIGHTS_DIR / "scenes-tiny.safetensors",
                  "scenes-tiny-v1": WEIGHTS_DIR / "scenes-tiny-v1.safetensors"}
-WEIGHTS = BUNDLED_FILES["scenes-tiny"]
 
 
 def weights_arch(path: str | Path) -> str:
