@@ -77,12 +77,13 @@ def test_each_recipe_lowers_its_loss(name, sets, part, scenes, tmp_path):
     assert losses[-1] < 0.9 * losses[0], losses
 
 
-def run_specs(tmp_path, scenes, *, steps, stop_after=None, resume=False, accum=2):
+def run_specs(tmp_path, scenes, *, steps, stop_after=None, resume=False, accum=2, keep=0):
     bb = fresh()
     r = get_recipe("specs")
     p = resolve_params(r, {})
     state = r.prepare(bb, p)
-    cfg = TrainConfig(steps=steps, batch_size=4, accum=accum, lr=3e-3, warmup=2, ckpt_every=2, seed=1)
+    cfg = TrainConfig(steps=steps, batch_size=4, accum=accum, lr=3e-3, warmup=2, ckpt_every=2, seed=1,
+                      keep_checkpoints=keep)
     res = train(bb, make_step(r, p), scenes, cfg, tmp_path, state=state, stop_after=stop_after, resume=resume)
     return bb, res
 
@@ -99,6 +100,19 @@ def test_resume_after_interruption_equals_uninterrupted_run(tmp_path, scenes):
     assert all(torch.equal(a[k], b[k]) for k in a)
     log = [json.loads(x) for x in (tmp_path / "cut" / "log.jsonl").read_text().splitlines()]
     assert [x["step"] for x in log if "loss" in x] == [1, 2, 3, 4, 5, 6]  # the lost step 3 is not logged twice
+
+
+def test_keep_checkpoints_prunes_old_ones_and_resume_still_exact(tmp_path, scenes):
+    full_bb, full = run_specs(tmp_path / "full", scenes, steps=6)
+    assert sorted(d.name for d in (tmp_path / "full" / "checkpoints").iterdir()) == [
+        "step-000002", "step-000004", "step-000006"]  # default: all kept
+    _, part = run_specs(tmp_path / "cut", scenes, steps=6, stop_after=5, keep=1)
+    assert [d.name for d in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step-000004"]
+    bb, rest = run_specs(tmp_path / "cut", scenes, steps=6, resume=True, keep=1)
+    assert [h["loss"] for h in rest.history] == [h["loss"] for h in full.history[4:]]
+    a, b = full_bb.model.state_dict(), bb.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert [d.name for d in (tmp_path / "cut" / "checkpoints").iterdir()] == ["step-000006"]
 
 
 def test_resume_refuses_changed_options(tmp_path, scenes):

@@ -36,6 +36,8 @@ def configure(p) -> None:
     p.add_argument("--eval-scenes", type=non_negative_int, default=48, help="held-out scenes for evaluation (0: none)")
     p.add_argument("--languages", default="de,fr,es,ja", help="prmcs: student languages (scenes data)")
     p.add_argument("--ckpt-every", type=non_negative_int, default=0, help="checkpoint every N steps (always at the end)")
+    p.add_argument("--keep-checkpoints", type=non_negative_int, default=0, metavar="N",
+                   help="keep only the N newest checkpoints (default 0: all)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="recipe parameter (repeatable)")
     p.add_argument("--tensorboard", action="store_true", help="also log to OUT/tensorboard (needs tensorboard)")
@@ -133,6 +135,7 @@ def run(args) -> int:
         D.check_fields(examples, recipe.needs, recipe.name)
     opt = optimiser_settings(recipe, args)
     cfg = TrainConfig(seed=args.seed, device=args.device, eval_every=args.eval_every, ckpt_every=args.ckpt_every,
+                      keep_checkpoints=args.keep_checkpoints,
                       tensorboard=args.tensorboard, **schedule_settings(recipe, args), **opt)
     bb = load_backbone(model_spec, device=args.device, dtype=args.dtype, seed=args.seed)
     state = recipe.prepare(bb, params)

@@ -64,6 +64,7 @@ class TrainConfig:
     seed: int = 0
     eval_every: int = 0  # 0: only before and after training
     ckpt_every: int = 0  # 0: only at the end
+    keep_checkpoints: int = 0  # keep only the N newest step-* folders (0: keep all); resume needs just the newest
     log_every: int = 1
     device: str = "cpu"
     tensorboard: bool = False
@@ -221,6 +222,21 @@ def latest_checkpoint(folder: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def prune_checkpoints(folder: Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` newest ``step-*`` folders (``keep`` 0: none); returns those deleted.
+    A checkpoint is ~3x the fp32 weights (weights + AdamW moments), so long runs with ``--ckpt-every``
+    otherwise fill the disk."""
+    import shutil
+
+    if keep <= 0:
+        return []
+    found = sorted(folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    gone = found[:-keep]
+    for d in gone:
+        shutil.rmtree(d)
+    return gone
+
+
 def load_checkpoint(d: Path, backbone, optimizer, scaler, cfg: TrainConfig) -> tuple[int, dict]:
     from safetensors.torch import load_file
 
@@ -376,6 +392,7 @@ def train(
             run_eval(done)
         if main and ((cfg.ckpt_every and done % cfg.ckpt_every == 0) or done == cfg.steps):
             save_checkpoint(ckpts, backbone, optimizer, scaler, done, state, cfg)
+            prune_checkpoints(ckpts, cfg.keep_checkpoints)
     bar.close()
     if end == cfg.steps:
         run_eval(cfg.steps)
