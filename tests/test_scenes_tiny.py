@@ -102,7 +102,8 @@ def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, flip_items
     from capscore.scenes.graph import render_objects
 
-    got = evaluate_scenes(bb, n=40)["seen"]["flips"]
+    res = evaluate_scenes(bb, n=40)
+    got = res["seen"]["flips"]
     items = flip_items(generate_scenes(40, seed=EVAL_SEED, split="train", size=96), seed=EVAL_SEED)
     tok = open_clip.get_tokenizer("scenes-tiny")
     with torch.no_grad():
@@ -132,3 +133,19 @@ def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
         row = got[kind]
         assert row["n_paired"] == len(ks) and abs(row["paired"] - (first & second).mean()) <= 0.05, (kind, row)
         assert row["paired"] <= row["accuracy"]
+    # by_objects: the same wins, grouped by the number of objects in the scene
+    own_wins = ((own * good).sum(1) > (own * bad).sum(1)).numpy()
+    for kind, row in got.items():
+        assert sum(c["n"] for c in row["by_objects"].values()) == row["n"]
+        off = 0.0
+        for c, cell in row["by_objects"].items():
+            ref = own_wins[[k for k, it in enumerate(items)
+                            if it["kind"] == kind and len(by_id[it["scene"]].graph.objects) == int(c)]]
+            assert cell["n"] == len(ref)
+            off += abs(cell["accuracy"] * cell["n"] - ref.sum())
+        assert off <= 1, (kind, row["by_objects"])  # at most one near-tie decided differently
+    from capscore.scenes.evaluate import format_report
+
+    text = format_report(res, by_objects=True)
+    assert "seen: accuracy by objects in the scene" in text and "unseen: accuracy by objects" in text
+    assert "by objects" not in format_report(res)

@@ -26,7 +26,10 @@ prompt prefix unless ``prefix`` is given):
   one — Winoground's text score (Thrush et al., 2022) on a 2 × 2 minimal pair. The two captions swap
   roles, so a text prior wins at most one half: an empty scene scores 0 (ties aside) and a model that
   guesses 1/4. Items whose twin cannot be built (no free cell to add an object) are left out
-  (``n_paired``).
+  (``n_paired``);
+* each flip kind's accuracy **by the number of objects in the scene** (``by_objects``: {"1": {"n",
+  "accuracy"}, ...}; ``capscore scenes eval --by-objects`` prints it): where a model's errors sit —
+  scenes-tiny's shape and count flips are perfect on one object and fall with crowding (docs/scenes.md).
 """
 from __future__ import annotations
 
@@ -105,6 +108,10 @@ def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str)
             if sel:
                 row["flips"][kind] = {"n": len(sel), "accuracy": float(np.mean(wins[sel])),
                                       "blind": float(np.mean(blind[sel]))}
+                counts = np.array([len(scenes[index[items[k]["scene"]]].graph.objects) for k in sel])
+                row["flips"][kind]["by_objects"] = {
+                    str(c): {"n": int((counts == c).sum()), "accuracy": float(np.mean(wins[sel][counts == c]))}
+                    for c in sorted(set(counts.tolist()))}
                 both = [k for k in sel if k in twins]
                 if both:
                     row["flips"][kind].update(n_paired=len(both), paired=float(np.mean(paired[both])))
@@ -132,7 +139,9 @@ def evaluate_scenes(backbone_or_encoder, *, n: int = 300, seed: int = EVAL_SEED,
     }
 
 
-def format_report(res: dict) -> str:
+def format_report(res: dict, *, by_objects: bool = False) -> str:
+    """The table ``capscore scenes eval`` prints; ``by_objects`` adds each set's accuracy per number of
+    objects in the scene (cells ``accuracy (n)``)."""
     from capscore.report.tables import format_table
 
     p = res["params"]
@@ -147,5 +156,13 @@ def format_report(res: dict) -> str:
             cells[f"{name} blind"] = f"{f['blind']:.3f}" if f and "blind" in f else "-"
             cells[f"{name} paired"] = f"{f['paired']:.3f}" if f and "paired" in f else "-"
         rows.append({"": kind, **cells})
-    return "\n".join([f"scenes evaluation: {p['n']} scenes per set, seed {p['seed']}, prefix {p['prefix']!r}",
-                      format_table(rows, digits=3, indent="")])
+    out = [f"scenes evaluation: {p['n']} scenes per set, seed {p['seed']}, prefix {p['prefix']!r}",
+           format_table(rows, digits=3, indent="")]
+    if by_objects:
+        for name, part in (("seen", s), ("unseen", u)):
+            flips = {k: f.get("by_objects", {}) for k, f in part["flips"].items()}
+            cols = sorted({c for b in flips.values() for c in b}, key=int)
+            out += [f"{name}: accuracy by objects in the scene",
+                    format_table([{"": k, **{c: (f"{b[c]['accuracy']:.2f} ({b[c]['n']})" if c in b else "-")
+                                             for c in cols}} for k, b in flips.items()], indent="")]
+    return "\n".join(out)
