@@ -382,3 +382,23 @@ def test_a_v3_run_exports_the_two_bundled_files_and_its_claims_are_the_shipped_f
     again = evaluate_scenes(bb, n=6)
     assert report["evaluation"]["seen"] == again["seen"] and report["evaluation"]["unseen"] == again["unseen"]
     assert report["evaluation"]["params"]["size"] == 96
+
+
+def test_a_run_continued_from_the_bundled_model_exports_its_architecture(tmp_path, capsys):
+    """A second stage that starts from ``--model scenes-tiny`` (or ``ckpt:PATH#arch=NAME``) exports a file
+    that names the architecture it started from; a ckpt: start without #arch= gets a note, not a wrong name."""
+    from capscore.scenes.tiny import BUNDLED_FILES, weights_arch
+
+    common = ["--steps", "1", "--batch-size", "4", "--warmup", "1", "--eval-scenes", "0"]
+    assert main(["-q", "train", "scenes-tiny", "--model", "scenes-tiny", "--out", str(tmp_path / "a"), *common]) == 0
+    assert weights_arch(tmp_path / "a" / "scenes-tiny.safetensors") == weights_arch(BUNDLED_FILES["scenes-tiny"])
+    assert json.loads((tmp_path / "a" / "scenes-tiny.json").read_text())["arch"] == "scenes-tiny-v3"
+    capsys.readouterr()
+    start = tmp_path / "a" / "model.safetensors"
+    assert main(["-q", "train", "scenes-tiny", "--model", f"ckpt:{start}#arch=scenes-tiny-v3",
+                 "--out", str(tmp_path / "b"), *common]) == 0
+    assert weights_arch(tmp_path / "b" / "scenes-tiny.safetensors") == "scenes-tiny-v3"
+    assert "names no architecture" not in capsys.readouterr().err
+    assert main(["-q", "train", "scenes-tiny", "--model", f"ckpt:{start}", "--out", str(tmp_path / "c"), *common]) == 0
+    assert "names no architecture" in capsys.readouterr().err
+    assert json.loads((tmp_path / "c" / "scenes-tiny.json").read_text())["arch"] is None

@@ -170,23 +170,44 @@ def run(args) -> int:
     return 0
 
 
+def _start_arch(model_spec: str) -> str | None:
+    """The open_clip architecture of the model a scenes-tiny run started from: an architecture by name
+    (``openclip:scenes-tiny-v3``), a bundled model (the architecture its weights file names, so a run that
+    continues ``--model scenes-tiny`` exports a file the bundled loader reads right), or ``ckpt:PATH#arch=NAME``;
+    else None."""
+    from capscore.backbones.registry import parse_model_spec
+
+    adapter, rest = parse_model_spec(model_spec)
+    if adapter.prefix == "openclip" and ":" not in rest:  # an architecture by name, not hf-hub:/local-dir:
+        return rest.split("/")[0]
+    if adapter.prefix == "bundled":
+        from capscore.scenes.tiny import BUNDLED_FILES, weights_arch
+
+        return weights_arch(BUNDLED_FILES[rest]) if rest in BUNDLED_FILES else None
+    if adapter.prefix == "ckpt":
+        from capscore.backbones.openai_ckpt import parse_spec_options
+
+        return parse_spec_options(rest)[1].get("arch")
+    return None
+
+
 def _export_scenes_tiny(bb, out, params, cfg, command, eval_scenes: int, model_spec: str) -> None:
     """OUT/scenes-tiny.safetensors (fp16, a drop-in for capscore/scenes/weights/, naming its architecture
     in its metadata) and OUT/scenes-tiny.json, the training report beside a bundled file; with
     --eval-scenes N, ``capscore scenes eval``'s table on N held-out scenes, measured on the exported fp16
     file as the bundled loader reads it (also in OUT/scenes-eval.json)."""
     import json
+    import sys
     from dataclasses import asdict
 
     from capscore.scenes.tiny import backbone_from_file
     from capscore.train.scenes_tiny import bundle_report, export_bundled
 
-    from capscore.backbones.registry import parse_model_spec
-
-    adapter, rest = parse_model_spec(model_spec)
-    named = adapter.prefix == "openclip" and ":" not in rest  # an architecture by name, not hf-hub:/local-dir:
-    arch = rest.split("/")[0] if named else None
+    arch = _start_arch(model_spec)
     path = out / "scenes-tiny.safetensors"
+    if arch is None:
+        print(f"capscore: note: {path} names no architecture ({model_spec!r} is not an open_clip name, a bundled "
+              "model or ckpt:PATH#arch=NAME); the bundled loader reads such a file as scenes-tiny-v1", file=sys.stderr)
     meta = {"config": json.dumps(asdict(cfg)), "params": json.dumps(params), "command": command}
     export_bundled(bb, path, {**meta, "arch": arch} if arch else meta)
     print(f"bundled format: {path} ({path.stat().st_size / 1e6:.1f} MB, fp16)")
