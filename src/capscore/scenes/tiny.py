@@ -6,7 +6,8 @@ asked for); each names its open_clip architecture in its metadata (``arch``; a f
 architecture ``scenes-tiny``), and the JSON beside it is its training report and claimed evaluation.
 
 * ``scenes-tiny``: v3 (``backbones/configs/scenes-tiny-v3.json``: 96 px, convolutional stem, 8 px
-  patches), trained with the single-object curriculum and image twins (MODEL_CARD.md);
+  patches), trained with the single-object curriculum and image twins, then continued on crowded scenes
+  (two stages, MODEL_CARD.md);
 * ``scenes-tiny-v1``: the first bundled model (64 px ViT, ``backbones/configs/scenes-tiny.json``). Kept
   because measured numbers in the docs were made with it (docs/replications.md: PR-MCS and SPECS start
   from it; the README's v1 columns and video throughput); new work should use ``scenes-tiny``.

@@ -5,7 +5,8 @@ so checkpoints, exact resume, logs, evaluation and the model card are those of e
 The v1 model's run (``scenes-tiny-v1``) is this recipe with its defaults (``tests/test_train_scenes_tiny.py``
 pins a short run of it bit for bit against the trainer it replaced); the bundled ``scenes-tiny`` (v3) is
 this recipe on ``openclip:scenes-tiny-v3`` with the FILIP term, re-weighted negatives, the single-object
-curriculum, the locked text tower and image twins (the command is in ``capscore/scenes/MODEL_CARD.md``).
+curriculum, the locked text tower and image twins, then the same recipe again from that run's file on crowded
+scenes with shape and count negatives weighted up (the two commands are in ``capscore/scenes/MODEL_CARD.md``).
 Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and ``scenes-tiny.json``
 (:func:`bundle_report`).
 
