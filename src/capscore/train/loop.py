@@ -217,8 +217,13 @@ def save_checkpoint(folder: Path, backbone, optimizer, scaler, step: int, state:
     return d
 
 
+def _checkpoints(folder: Path) -> list[Path]:
+    """The ``step-*`` folders under ``folder``, oldest first."""
+    return sorted(folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+
+
 def latest_checkpoint(folder: Path) -> Path | None:
-    found = sorted(folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
+    found = _checkpoints(folder)
     return found[-1] if found else None
 
 
@@ -230,8 +235,7 @@ def prune_checkpoints(folder: Path, keep: int) -> list[Path]:
 
     if keep <= 0:
         return []
-    found = sorted(folder.glob("step-*"), key=lambda p: int(p.name.split("-")[1]))
-    gone = found[:-keep]
+    gone = _checkpoints(folder)[:-keep]
     for d in gone:
         shutil.rmtree(d)
     return gone
