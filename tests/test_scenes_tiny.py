@@ -144,8 +144,34 @@ def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
             assert cell["n"] == len(ref)
             off += abs(cell["accuracy"] * cell["n"] - ref.sum())
         assert off <= 1, (kind, row["by_objects"])  # at most one near-tie decided differently
+    # by_binding: the same wins split by whether the error's new value is elsewhere in the scene, decided
+    # here from the flaw's human-readable detail ("red circle: circle -> star", "+ small red star", ...)
+    def bound(it) -> bool:
+        scene = by_id[it["scene"]]
+        shapes, colours = {o.shape for o in scene.objects}, {o.color for o in scene.objects}
+        if it["kind"] == "hallucination":
+            _, _size, colour, shape = it["detail"].split()
+            return shape in shapes and colour in colours
+        group, change = it["detail"].split(": ")
+        new = change.split(" -> ")[1]
+        if it["kind"] == "count":
+            return int(new) in [g.count for g in scene.graph.groups if f"{g.color} {g.shape}" != group]
+        return new in (colours if it["kind"] == "color" else shapes)
+
+    n_bound = 0
+    for kind in ("color", "shape", "count", "hallucination"):
+        ks = [k for k, it in enumerate(items) if it["kind"] == kind]
+        split = got[kind]["by_binding"]
+        for name, want in (("free", False), ("bound", True)):
+            ref = own_wins[[k for k in ks if bound(items[k]) == want]]
+            assert split[name]["n"] == len(ref), (kind, name, split)
+            if len(ref):
+                assert abs(split[name]["accuracy"] * len(ref) - ref.sum()) <= 1, (kind, name, split)
+        n_bound += split["bound"]["n"]
+    assert n_bound > 0 and "by_binding" not in got["attribute_swap"]
     from capscore.scenes.evaluate import format_report
 
+    assert "bound" in format_report(res, by_binding=True) and "bound" not in format_report(res)
     text = format_report(res, by_objects=True)
     assert "seen: accuracy by objects in the scene" in text and "unseen: accuracy by objects" in text
     assert "by objects" not in format_report(res)

@@ -29,7 +29,15 @@ prompt prefix unless ``prefix`` is given):
   (``n_paired``);
 * each flip kind's accuracy **by the number of objects in the scene** (``by_objects``: {"1": {"n",
   "accuracy"}, ...}; ``capscore scenes eval --by-objects`` prints it): where a model's errors sit —
-  scenes-tiny's shape and count flips are perfect on one object and fall with crowding (docs/scenes.md).
+  scenes-tiny's shape and count flips are perfect on one object and fall with crowding (docs/scenes.md);
+* colour, shape, count and hallucination accuracy split into **free** and **bound** items (``by_binding``:
+  {"free": {"n", "accuracy"}, "bound": {...}}; ``--by-binding`` prints it, :func:`needs_binding`): an item is
+  bound when every value its error introduces is already in the scene on another object (the new colour,
+  the new shape, both of a hallucinated object, or the new number as another group's count), so a model
+  that reads the scene as a bag of attribute words cannot tell the two captions apart and only binding
+  values to objects can — what attribute-swap items test on every item (Yuksekgonul et al. 2023, "When
+  and why vision-language models behave like bags-of-words"). Crowded scenes hold more bound items; on
+  scenes-tiny the free items are near 1 and the bound ones near the swap rate (docs/scenes.md).
 """
 from __future__ import annotations
 
@@ -38,6 +46,30 @@ import torch
 
 EVAL_SEED = 12345
 EVAL_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
+BINDING_KINDS = ("color", "shape", "count", "hallucination")
+
+
+def needs_binding(scene, flaw) -> bool | None:
+    """Whether a flip item is *bound*: every value the flawed caption introduces is already in the scene,
+    on another object — a new colour or shape (``obj`` facts: both its shape and its colour must occur in
+    the scene) or a new count (``count`` facts of a group the scene has: the number must be another
+    group's count). Then the flawed caption's words all describe something in the image and only their
+    binding to objects is wrong. Sizes and patterns are not considered (they are not flipped here).
+    None for kinds outside :data:`BINDING_KINDS` (attribute swaps are bound by construction; relations
+    are about order, not values)."""
+    if flaw.kind not in BINDING_KINDS:
+        return None
+    shapes = {o.shape for o in scene.graph.objects}
+    colours = {o.color for o in scene.graph.objects}
+    counts = {(g.shape, g.color): g.count for g in scene.graph.groups}
+    new = flaw.flawed_caption.facts() - flaw.correct_caption.facts()
+    checks = []
+    for f in new:
+        if f[0] == "obj":
+            checks.append(f[1] in shapes and f[2] in colours)
+        elif f[0] == "count" and (f[1], f[2]) in counts:  # a miscounted group (a new object's count: its obj fact decides)
+            checks.append(any(n == f[3] for key, n in counts.items() if key != (f[1], f[2])))
+    return bool(checks) and all(checks)
 
 
 def flip_items(scenes, *, seed: int, kinds=EVAL_KINDS, unseen_only: bool = False) -> list[dict]:
@@ -112,6 +144,11 @@ def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str)
                 row["flips"][kind]["by_objects"] = {
                     str(c): {"n": int((counts == c).sum()), "accuracy": float(np.mean(wins[sel][counts == c]))}
                     for c in sorted(set(counts.tolist()))}
+                if kind in BINDING_KINDS:
+                    bound = np.array([needs_binding(scenes[index[items[k]["scene"]]], items[k]["flaw"]) for k in sel])
+                    row["flips"][kind]["by_binding"] = {
+                        name: {"n": int(m.sum()), "accuracy": float(np.mean(wins[sel][m])) if m.any() else None}
+                        for name, m in (("free", ~bound), ("bound", bound))}
                 both = [k for k in sel if k in twins]
                 if both:
                     row["flips"][kind].update(n_paired=len(both), paired=float(np.mean(paired[both])))
@@ -139,9 +176,10 @@ def evaluate_scenes(backbone_or_encoder, *, n: int = 300, seed: int = EVAL_SEED,
     }
 
 
-def format_report(res: dict, *, by_objects: bool = False) -> str:
+def format_report(res: dict, *, by_objects: bool = False, by_binding: bool = False) -> str:
     """The table ``capscore scenes eval`` prints; ``by_objects`` adds each set's accuracy per number of
-    objects in the scene (cells ``accuracy (n)``)."""
+    objects in the scene, ``by_binding`` on free and bound items (:func:`needs_binding`); cells
+    ``accuracy (n)``."""
     from capscore.report.tables import format_table
 
     p = res["params"]
@@ -165,4 +203,13 @@ def format_report(res: dict, *, by_objects: bool = False) -> str:
             out += [f"{name}: accuracy by objects in the scene",
                     format_table([{"": k, **{c: (f"{b[c]['accuracy']:.2f} ({b[c]['n']})" if c in b else "-")
                                              for c in cols}} for k, b in flips.items()], indent="")]
+    if by_binding:
+        def cell(part, kind, b):
+            c = part["flips"].get(kind, {}).get("by_binding", {}).get(b)
+            return f"{c['accuracy']:.3f} ({c['n']})" if c and c["n"] else "-"
+
+        out.append("accuracy on free items (a bag of the scene's words tells the captions apart) and bound items "
+                   "(only binding values to objects does)")
+        out.append(format_table([{"": k, **{f"{name} {b}": cell(part, k, b) for name, part in (("seen", s), ("unseen", u))
+                                            for b in ("free", "bound")}} for k in BINDING_KINDS], indent=""))
     return "\n".join(out)
