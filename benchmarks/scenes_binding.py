@@ -1,0 +1,157 @@
+"""Perception or binding: where a scenes model's global embedding loses what its patch tokens see.
+
+``capscore scenes eval --by-binding`` splits flip items into *free* ones (the error's new value is nowhere
+in the scene) and *bound* ones (it is on another object, so only binding tells the captions apart). This
+script adds the three measurements behind docs/scenes.md § Perception or binding, all on the same
+evaluation scenes (seed 12345) as ``scenes eval``:
+
+1. **global vs local per number of objects**: each flip kind's accuracy with the global cosine (what
+   ``scenes eval`` reports) and with ABE-CLIP's local token–patch score (``s_local``, no refinement,
+   top-K pooling with ``--k``), per number of objects in the scene. Needs a model with patch tokens.
+   If the local score wins items the global one loses, the image tower sees the difference and the
+   pooled embedding drops it.
+2. **how close each tower puts a minimal pair**: the mean cosine between a flip item's correct and flawed
+   caption (text tower) and between its scene and the scene's counterfactual twin (image tower,
+   :func:`capscore.scenes.captions.counterfactual`), against random pairs of the same items; and the mean
+   global margin cos(scene, correct) − cos(scene, flawed).
+3. **what R@1 misses retrieve** (image→text over the ``n`` seen scenes' short captions): the share of
+   misses whose retrieved caption names only shapes and colours that occur in the query scene (a
+   bag-of-words confusion), against the same share over all other captions; the share whose retrieved
+   caption is true of the image (oracle precision 1: a miss only by the exact-text rule); and R@1 by
+   the number of objects in the scene.
+
+    python benchmarks/scenes_binding.py                       # scenes-tiny, 300 scenes (flips) / 500 (R@1)
+    python benchmarks/scenes_binding.py --model scenes-tiny-v1 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import torch
+
+
+def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
+    """{kind: {"global": {n_objects: acc}, "local": {...}, "n": {...}}} plus "all" per kind."""
+    from capscore.scores.abe import abe_components, make_config
+
+    by_id = {s.id: s for s in scenes}
+    images = [by_id[it["scene"]].render() for it in items]
+    cfg = make_config(k=k, refine=False, binding_difference=False, omega=0.0)
+    good = abe_components(encoder, images, [it["correct"] for it in items], config=cfg)
+    bad = abe_components(encoder, images, [it["flawed"] for it in items], config=cfg)
+    wins = {"global": (good.global_ > bad.global_).numpy(), "local": (good.local > bad.local).numpy()}
+    out: dict = {}
+    for kind in dict.fromkeys(it["kind"] for it in items):
+        sel = np.array([it["kind"] == kind for it in items])
+        objects = np.array([len(by_id[it["scene"]].objects) for it in items])
+        row = {"all": {name: float(w[sel].mean()) for name, w in wins.items()}, "n": int(sel.sum())}
+        for name, w in wins.items():
+            row[name] = {str(c): float(w[sel & (objects == c)].mean()) for c in sorted(set(objects[sel].tolist()))}
+        row["n_by_objects"] = {str(c): int((sel & (objects == c)).sum()) for c in sorted(set(objects[sel].tolist()))}
+        out[kind] = row
+    return out
+
+
+def tower_closeness(encoder, scenes, items) -> dict:
+    """{kind: {"text", "text_random", "image", "image_random", "margin", "n"}} over items that have a twin."""
+    from capscore.scenes.evaluate import _twins
+
+    by_id = {s.id: s for s in scenes}
+    twins = _twins(scenes, items)
+    out = {}
+    for kind in dict.fromkeys(it["kind"] for it in items):
+        sel = [i for i, it in enumerate(items) if it["kind"] == kind and twins[i] is not None]
+        if len(sel) < 2:
+            continue
+        good = encoder.encode_texts([items[i]["correct"] for i in sel])
+        bad = encoder.encode_texts([items[i]["flawed"] for i in sel])
+        img = encoder.encode_images([by_id[items[i]["scene"]].render() for i in sel])
+        twin = encoder.encode_images([twins[i].render() for i in sel])
+        out[kind] = {"n": len(sel), "text": float((good * bad).sum(1).mean()),
+                     "text_random": float((good * good.roll(1, 0)).sum(1).mean()),
+                     "image": float((img * twin).sum(1).mean()),
+                     "image_random": float((img * img.roll(1, 0)).sum(1).mean()),
+                     "margin": float(((img * good).sum(1) - (img * bad).sum(1)).mean())}
+    return out
+
+
+def retrieval_misses(encoder, scenes) -> dict:
+    """Image→text R@1 over the scenes' short captions, and what its misses retrieve."""
+    from capscore.scenes import captions, oracle
+
+    caps = [captions.short(s) for s in scenes]
+    texts = [c.text for c in caps]
+    named = [{f[1:3] for f in c.facts() if f[0] == "obj"} for c in caps]
+    sim = encoder.encode_images([s.render() for s in scenes]) @ encoder.encode_texts(texts).T
+    best = sim.argmax(1).numpy()
+
+    def bag_ok(i: int, j: int) -> bool:  # every shape and every colour caption j names occurs in scene i
+        shapes = {o.shape for o in scenes[i].objects}
+        colours = {o.color for o in scenes[i].objects}
+        return all(s in shapes and c in colours for s, c in named[j])
+
+    hit = np.array([texts[best[i]] == texts[i] for i in range(len(scenes))])
+    misses = np.flatnonzero(~hit).tolist()
+    objects = np.array([len(s.objects) for s in scenes])
+    return {"n": len(scenes), "r1": 1 - len(misses) / len(scenes), "misses": len(misses),
+            "r1_by_objects": {str(c): float(hit[objects == c].mean()) for c in sorted(set(objects.tolist()))},
+            "misses_true_of_image": float(np.mean([oracle(scenes[i], caps[best[i]]).precision == 1.0 for i in misses]))
+            if misses else None,
+            "misses_bag_consistent": float(np.mean([bag_ok(i, best[i]) for i in misses])) if misses else None,
+            "all_captions_bag_consistent": float(np.mean([np.mean([bag_ok(i, j) for j in range(len(scenes)) if j != i])
+                                                          for i in misses])) if misses else None}
+
+
+def main(argv=None) -> dict:
+    from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder
+    from capscore.scenes import generate_scenes, render_size
+    from capscore.scenes.evaluate import EVAL_SEED, flip_items
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="scenes-tiny")
+    ap.add_argument("--n", type=int, default=300, help="seen scenes for parts 1 and 2 (default 300)")
+    ap.add_argument("--n-retrieval", type=int, default=500, help="seen scenes for part 3 (default 500)")
+    ap.add_argument("--k", type=int, default=1, help="top-K pooling of the local score (default 1)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    enc = Encoder(load_backbone(args.model))
+    size = render_size(enc)
+    scenes = generate_scenes(args.n, seed=EVAL_SEED, split="train", size=size)
+    items = flip_items(scenes, seed=EVAL_SEED)
+    res = {"model": args.model, "identity": enc.backbone.identity, "n": args.n, "k": args.k}
+    if enc.backbone.has_patch_tokens:
+        res["global_vs_local"] = global_vs_local(enc, scenes, items, k=args.k)
+        print(f"1. flip accuracy, global cosine vs local token-patch score (K={args.k}), {args.n} seen scenes")
+        for kind, row in res["global_vs_local"].items():
+            cells = "  ".join(f"{c}: {row['global'][c]:.2f}/{row['local'][c]:.2f}" for c in row["global"])
+            print(f"  {kind:15s} all {row['all']['global']:.3f}/{row['all']['local']:.3f}  by objects {cells}")
+    else:
+        print(f"1. skipped: {args.model} has no patch tokens")
+    res["closeness"] = tower_closeness(enc, scenes, items)
+    print("2. mean cosine of each minimal pair (random pairs in brackets), and the global margin")
+    for kind, row in res["closeness"].items():
+        print(f"  {kind:15s} text {row['text']:.3f} ({row['text_random']:.3f})  image {row['image']:.3f} "
+              f"({row['image_random']:.3f})  margin {row['margin']:+.4f}  n={row['n']}")
+    r = res["retrieval"] = retrieval_misses(enc, generate_scenes(args.n_retrieval, seed=EVAL_SEED, split="train",
+                                                                   size=size))
+    if r["misses"]:
+        print(f"3. image->text R@1 {r['r1']:.3f} on {r['n']} seen scenes; of its {r['misses']} misses "
+              f"{r['misses_bag_consistent']:.2f} retrieve a caption whose shapes and colours all occur in the "
+              f"scene (all other captions: {r['all_captions_bag_consistent']:.2f}), {r['misses_true_of_image']:.2f} one "
+              f"that is true of the image (oracle precision 1)")
+        print("   R@1 by objects in the scene: " + "  ".join(f"{c}: {v:.2f}" for c, v in r["r1_by_objects"].items()))
+    else:
+        print(f"3. image->text R@1 {r['r1']:.3f} on {r['n']} seen scenes: no misses")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    return res
+
+
+if __name__ == "__main__":
+    main()
