@@ -96,3 +96,18 @@ def test_stem_errors_are_one_line(v3, tmp_path):
 
     with pytest.raises(CapscoreError, match="convolutional stem"):
         open_clip_to_hf_state_dict(_load("openclip:scenes-tiny-v3").model)
+
+
+def test_loading_weights_does_not_log_random_init(v3, tmp_path, caplog):
+    """open_clip logs "No pretrained weights loaded ... Model initialized randomly." whenever it builds a
+    tower with pretrained=None; capscore does that before loading a checkpoint's weights, so a user who
+    loads a trained file must not be told it is random."""
+    import logging
+
+    path = save_openai_checkpoint(v3[0], tmp_path / "v3.safetensors")
+    with caplog.at_level(logging.WARNING):
+        for spec in (f"ckpt:{path}", f"ckpt:{path}#arch=scenes-tiny-v3", f"openclip:scenes-tiny-v3/{path}",
+                     "scenes-tiny"):
+            _load(spec)
+        assert logging.getLogger().level == logging.WARNING  # the level caplog set is restored
+    assert "initialized randomly" not in caplog.text

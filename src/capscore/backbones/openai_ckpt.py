@@ -379,7 +379,10 @@ def build_clip(
             )
     cfg = infer_config(sd)
     stem = cfg.pop("conv_stem")
-    with torch.random.fork_rng(devices=[]):  # construction draws random init we overwrite; keep callers' RNG intact
+    from capscore.backbones.openclip import quiet_open_clip_log
+
+    # construction draws random init we overwrite: keep callers' RNG intact, and open_clip quiet about it
+    with torch.random.fork_rng(devices=[]), quiet_open_clip_log():
         if arch is not None:
             if arch not in open_clip.list_models():
                 raise unknown_name("open_clip architecture", arch, open_clip.list_models())

@@ -10,6 +10,8 @@ real token ever attends to a pad; pooling reads the end-of-text position).
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,12 +161,26 @@ class OpenClipBackbone(Backbone):
         return pooled, (self._project_text(x) if tokens else None)
 
 
+@contextlib.contextmanager
+def quiet_open_clip_log():
+    """Hide open_clip's root-logger warnings while building a model ("No pretrained weights loaded for
+    model ... Model initialized randomly."): capscore builds towers with ``pretrained=None`` and then loads
+    the weights itself (``ckpt:``, the bundled model), or warns about random weights in its own words."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
 def _seeded_create(arch: str, *, pretrained: str | None, seed: int, **kwargs):
     stem = CONV_STEMS.get(arch)
     if stem is not None and pretrained is not None and not Path(pretrained).expanduser().is_file():
         raise CapscoreError(f"{arch}/{pretrained}: {arch} has a convolutional stem and no pretrained tags; "
                             f"give a weights file ({arch}/PATH or ckpt:PATH)")
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), quiet_open_clip_log():
         torch.manual_seed(seed)
         # capscore's conv-stem ViTs: open_clip builds the patchify tower, the stem replaces its conv1, then
         # the file is loaded (open_clip would load it into the patchify tower and fail)
@@ -188,8 +204,6 @@ def load_open_clip(
     context_length: int | None = None,
 ) -> OpenClipBackbone:
     """``ARCH/TAG`` -> pretrained weights (tag or local file); ``ARCH`` alone -> random weights from ``seed``."""
-    import logging
-
     if tag == "schema":  # hf-hub:/local-dir: carry their own weights
         tag = None
         has_weights = True
@@ -197,10 +211,7 @@ def load_open_clip(
         has_weights = tag is not None
     if not has_weights:
         warn(f"{arch}: no pretrained tag given; using RANDOM weights (seed={seed}) — for tests and benchmarks only")
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)  # open_clip logs 'No pretrained weights...' on the root logger; we warned already
-    try:
+    try:  # open_clip's own 'No pretrained weights...' is hidden (_seeded_create): we warned already
         model, preprocess = _seeded_create(arch, pretrained=tag, seed=seed)
     except pickle.UnpicklingError:  # torch.load(weights_only=True) refused Python objects in the file
         from capscore.backbones.openai_ckpt import pickle_refused, weights_files
@@ -212,8 +223,6 @@ def load_open_clip(
             raise
         raise CapscoreError(f"{tag or arch}: the weights do not fit the {arch} architecture "
                             f"({' '.join(str(e).split())[:160]})") from None
-    finally:
-        root.setLevel(level)
     tokenizer = open_clip.get_tokenizer(arch)
     bb = OpenClipBackbone(model, preprocess, tokenizer, spec=spec if has_weights else f"{spec}#seed={seed}")
     if context_length is not None:

@@ -41,8 +41,6 @@ def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str | None =
     """Build the open_clip architecture ``arch`` (default: the one the file's metadata names; with its
     convolutional stem where it has one, :mod:`capscore.backbones.convstem`) and load an fp16/fp32
     safetensors state dict into it (float32)."""
-    import logging
-
     import open_clip
     from safetensors.torch import load_file
 
@@ -53,8 +51,7 @@ def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str | None =
         raise CapscoreError(f"{arch or ARCH} weights not found at {path}; reinstall capscore or train them with "
                             f"`capscore train scenes-tiny --out DIR` (then DIR/scenes-tiny.safetensors)")
     arch = arch or weights_arch(path)
-    logging.getLogger("root").setLevel(logging.ERROR)  # open_clip: 'No pretrained weights loaded' on root
-    model, preprocess = _seeded_create(arch, pretrained=None, seed=0)  # the init is overwritten
+    model, preprocess = _seeded_create(arch, pretrained=None, seed=0)  # the init is overwritten (open_clip kept quiet)
     state = {k: v.float() for k, v in load_file(str(path)).items()}
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if k != "text.attn_mask" and not k.endswith("attn_mask")]
