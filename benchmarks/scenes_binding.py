@@ -42,10 +42,10 @@ def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
     good = abe_components(encoder, images, [it["correct"] for it in items], config=cfg)
     bad = abe_components(encoder, images, [it["flawed"] for it in items], config=cfg)
     wins = {"global": (good.global_ > bad.global_).numpy(), "local": (good.local > bad.local).numpy()}
+    objects = np.array([len(by_id[it["scene"]].objects) for it in items])
     out: dict = {}
     for kind in dict.fromkeys(it["kind"] for it in items):
         sel = np.array([it["kind"] == kind for it in items])
-        objects = np.array([len(by_id[it["scene"]].objects) for it in items])
         row = {"all": {name: float(w[sel].mean()) for name, w in wins.items()}, "n": int(sel.sum())}
         for name, w in wins.items():
             row[name] = {str(c): float(w[sel & (objects == c)].mean()) for c in sorted(set(objects[sel].tolist()))}
@@ -80,19 +80,20 @@ def tower_closeness(encoder, scenes, items) -> dict:
 def retrieval_misses(encoder, scenes) -> dict:
     """Image→text R@1 over the scenes' short captions, and what its misses retrieve."""
     from capscore.scenes import captions, oracle
+    from capscore.scenes.evaluate import retrieval_hits
 
     caps = [captions.short(s) for s in scenes]
     texts = [c.text for c in caps]
     named = [{f[1:3] for f in c.facts() if f[0] == "obj"} for c in caps]
-    sim = encoder.encode_images([s.render() for s in scenes]) @ encoder.encode_texts(texts).T
-    best = sim.argmax(1).numpy()
+    shapes = [{o.shape for o in s.objects} for s in scenes]
+    colours = [{o.color for o in s.objects} for s in scenes]
+    img, txt = encoder.encode_images([s.render() for s in scenes]), encoder.encode_texts(texts)
+    best = (img @ txt.T).argmax(1).numpy()
 
     def bag_ok(i: int, j: int) -> bool:  # every shape and every colour caption j names occurs in scene i
-        shapes = {o.shape for o in scenes[i].objects}
-        colours = {o.color for o in scenes[i].objects}
-        return all(s in shapes and c in colours for s, c in named[j])
+        return all(s in shapes[i] and c in colours[i] for s, c in named[j])
 
-    hit = np.array([texts[best[i]] == texts[i] for i in range(len(scenes))])
+    hit, _ = retrieval_hits(img, txt, texts)
     misses = np.flatnonzero(~hit).tolist()
     objects = np.array([len(s.objects) for s in scenes])
     return {"n": len(scenes), "r1": 1 - len(misses) / len(scenes), "misses": len(misses),

@@ -95,12 +95,18 @@ def flip_items(scenes, *, seed: int, kinds=EVAL_KINDS, unseen_only: bool = False
     return out
 
 
-def _recall_at_1(img: torch.Tensor, txt: torch.Tensor, captions: list[str]) -> tuple[float, float]:
+def retrieval_hits(img: torch.Tensor, txt: torch.Tensor, captions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, whether its top-1 is a hit (the retrieved caption, or image, has the query's own
+    caption text): image->text and text->image, (N,) bool each."""
     sim = img @ txt.T  # (N, N)
     same = np.array([[a == b for b in captions] for a in captions])
-    i2t = same[np.arange(len(captions)), sim.argmax(1).numpy()].mean()
-    t2i = same[np.arange(len(captions)), sim.argmax(0).numpy()].mean()
-    return float(i2t), float(t2i)
+    rows = np.arange(len(captions))
+    return same[rows, sim.argmax(1).numpy()], same[rows, sim.argmax(0).numpy()]
+
+
+def _recall_at_1(img: torch.Tensor, txt: torch.Tensor, captions: list[str]) -> tuple[float, float]:
+    i2t, t2i = retrieval_hits(img, txt, captions)
+    return float(i2t.mean()), float(t2i.mean())
 
 
 def _twins(scenes, items) -> list:
