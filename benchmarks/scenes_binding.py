@@ -19,9 +19,22 @@ evaluation scenes (seed 12345) as ``scenes eval``:
    bag-of-words confusion), against the same share over all other captions; the share whose retrieved
    caption is true of the image (oracle precision 1: a miss only by the exact-text rule); and R@1 by
    the number of objects in the scene.
+4. **is the binding there to read?** (``--probe N``: N fresh training scenes of two objects
+   (``--probe-objects``), seed 4242, not the evaluation ones) a probe on each tower's frozen global
+   embedding of attribute-swap minimal pairs: a scene and its counterfactual twin (two groups' colours
+   swapped), and the correct and swapped captions. The label is
+   whether the alphabetically first of the two shapes wears the alphabetically first of the two colours;
+   the two members of a pair have the same bag of shapes and colours and opposite labels, so an embedding
+   that keeps only the bag scores exactly chance. A linear probe and a one-hidden-layer MLP (256 ReLU
+   units), fitted on 75 % of the pairs and scored on the other 25 % (whole pairs held out), beside the
+   global cosine's own accuracy on the same pairs. A high MLP probe with the linear probe and the cosine
+   near chance means the tower carries the binding in a form a dot product does not read; a probe at
+   chance means the tower has dropped it. Run it on the random init of the
+   architecture (``--model openclip:ARCH``) for the baseline of untrained random features.
 
     python benchmarks/scenes_binding.py                       # scenes-tiny, 300 scenes (flips) / 500 (R@1)
     python benchmarks/scenes_binding.py --model scenes-tiny-v1 --json out.json
+    python benchmarks/scenes_binding.py --n 20 --n-retrieval 20 --probe 8000   # part 4 (about 30 s)
 """
 from __future__ import annotations
 
@@ -30,6 +43,10 @@ import json
 
 import numpy as np
 import torch
+
+from capscore.scenes.vocab import MAX_OBJECTS
+
+PROBE_SEED = 4242  # part 4's scenes: fresh training scenes, not scenes eval's
 
 
 def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
@@ -105,6 +122,88 @@ def retrieval_misses(encoder, scenes) -> dict:
                                                           for i in misses])) if misses else None}
 
 
+def swap_pairs(n: int, *, seed: int, size: int, objects: tuple[int, int] = (2, 2)) -> list[dict]:
+    """Attribute-swap minimal pairs from ``n`` fresh training scenes of ``objects`` = (min, max) objects
+    (default two: the image then holds only what the captions name, as the captions do):
+    {"scene", "twin", "correct", "flawed", "label"}; ``label`` is 1 when, in ``scene``, the alphabetically
+    first of the two swapped groups' shapes has the alphabetically first of their colours (the twin and
+    the flawed caption: 1 − label)."""
+    from capscore.scenes import applicable_errors, generate_scenes, make_flaw
+    from capscore.scenes.captions import counterfactual
+
+    out = []
+    for s in generate_scenes(n, seed=seed, split="train", size=size, min_objects=objects[0],
+                             max_objects=objects[1]):
+        if "attribute_swap" not in applicable_errors(s):
+            continue
+        flaw = make_flaw(s, "attribute_swap", np.random.default_rng([seed, s.index, 5]))
+        twin = counterfactual(s, flaw)
+        if twin is None:
+            continue
+        a, b = flaw.correct_caption.units[0].claims
+        first = min((a, b), key=lambda m: m.shape)
+        out.append({"scene": s, "twin": twin, "correct": flaw.correct, "flawed": flaw.flawed,
+                    "label": int(first.color == min(a.color, b.color))})
+    return out
+
+
+def _probe(x: torch.Tensor, y: torch.Tensor, train: torch.Tensor, *, hidden: int, seed: int = 0) -> dict:
+    """Fit a linear (``hidden`` = 0) or one-hidden-layer probe on rows ``train`` (full batch, AdamW, 500
+    steps, weight decay 1e-2); accuracy on the train rows and on the others."""
+    g = torch.Generator().manual_seed(seed)
+    mu, sd = x[train].mean(0), x[train].std(0) + 1e-6
+    x = (x - mu) / sd
+    d = x.shape[1]
+    layers = [torch.nn.Linear(d, 1)] if hidden == 0 else [torch.nn.Linear(d, hidden), torch.nn.ReLU(),
+                                                            torch.nn.Linear(hidden, 1)]
+    net = torch.nn.Sequential(*layers)
+    with torch.no_grad():
+        for m in net:
+            if isinstance(m, torch.nn.Linear):
+                m.weight.copy_(torch.randn(m.weight.shape, generator=g) / m.weight.shape[1] ** 0.5)
+                m.bias.zero_()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2 if hidden == 0 else 3e-3, weight_decay=1e-2)
+    yf = y.float()
+    for _ in range(500):
+        opt.zero_grad()
+        torch.nn.functional.binary_cross_entropy_with_logits(net(x[train]).squeeze(1), yf[train]).backward()
+        opt.step()
+    with torch.no_grad():
+        hit = (net(x).squeeze(1) > 0).long() == y
+    return {"train": float(hit[train].float().mean()), "test": float(hit[~train].float().mean())}
+
+
+def probe_features(img: torch.Tensor, txt: torch.Tensor, labels: torch.Tensor, *, seed: int = 0) -> dict:
+    """Part 4 on given features. ``img``, ``txt``: (2n, D), rows 0..n-1 the scenes and their correct
+    captions, rows n..2n-1 the twins and the flawed captions; ``labels``: (2n,). Returns {"n_pairs",
+    "cosine", "image"|"text": {"linear"|"mlp": {"train", "test"}}}; ``cosine`` is the global score's own
+    accuracy on the pairs, both ways (each image prefers its own caption of the two)."""
+    n = img.shape[0] // 2
+    if n < 8:
+        raise ValueError(f"only {n} attribute-swap pairs: pass a larger --probe")
+    own = (img * txt).sum(1)  # scene with its correct caption, twin with the flawed one
+    other = (img * txt.roll(n, 0)).sum(1)  # and with each other's
+    held = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: n // 4]
+    train = torch.ones(n, dtype=torch.bool)
+    train[held] = False
+    train = torch.cat([train, train])  # a pair's two members fall on the same side
+    return {"n_pairs": n, "cosine": float((own > other).float().mean()),
+            **{tower: {"linear": _probe(x, labels, train, hidden=0, seed=seed),
+                       "mlp": _probe(x, labels, train, hidden=256, seed=seed)}
+               for tower, x in (("image", img), ("text", txt))}}
+
+
+def binding_probe(encoder, pairs: list[dict], *, seed: int = 0) -> dict:
+    """:func:`probe_features` on ``encoder``'s global embeddings of :func:`swap_pairs`."""
+    with torch.no_grad():
+        img = torch.cat([encoder.encode_images([p["scene"].render() for p in pairs]),
+                         encoder.encode_images([p["twin"].render() for p in pairs])])
+        txt = torch.cat([encoder.encode_texts([p["correct"] for p in pairs]),
+                         encoder.encode_texts([p["flawed"] for p in pairs])])
+    labels = torch.tensor([p["label"] for p in pairs] + [1 - p["label"] for p in pairs])
+    return probe_features(img, txt, labels, seed=seed)
+
+
 def main(argv=None) -> dict:
     from capscore.backbones import load_backbone
     from capscore.embed.engine import Encoder
@@ -116,9 +215,16 @@ def main(argv=None) -> dict:
     ap.add_argument("--n", type=int, default=300, help="seen scenes for parts 1 and 2 (default 300)")
     ap.add_argument("--n-retrieval", type=int, default=500, help="seen scenes for part 3 (default 500)")
     ap.add_argument("--k", type=int, default=1, help="top-K pooling of the local score (default 1)")
+    ap.add_argument("--probe", type=int, default=0, metavar="N",
+                    help="part 4: probe the frozen embeddings of attribute-swap pairs from N fresh scenes (0: skip)")
+    ap.add_argument("--probe-objects", type=int, nargs=2, default=(2, 2), metavar=("MIN", "MAX"),
+                    help="objects per probe scene (default 2 2)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = ap.parse_args(argv)
+    if args.probe and not 2 <= args.probe_objects[0] <= args.probe_objects[1] <= MAX_OBJECTS:
+        ap.error(f"--probe-objects: MIN and MAX with 2 <= MIN <= MAX <= {MAX_OBJECTS} (a swap needs two objects), "
+                 f"not {args.probe_objects[0]} {args.probe_objects[1]}")
     torch.set_num_threads(args.threads)
     enc = Encoder(load_backbone(args.model))
     size = render_size(enc)
@@ -148,6 +254,18 @@ def main(argv=None) -> dict:
         print("   R@1 by objects in the scene: " + "  ".join(f"{c}: {v:.2f}" for c, v in r["r1_by_objects"].items()))
     else:
         print(f"3. image->text R@1 {r['r1']:.3f} on {r['n']} seen scenes: no misses")
+    if args.probe:
+        pairs = swap_pairs(args.probe, seed=PROBE_SEED, size=size, objects=tuple(args.probe_objects))
+        if len(pairs) < 8:
+            ap.error(f"--probe {args.probe}: only {len(pairs)} attribute-swap pairs; "
+                     "pass a larger N (8000 gives 2527)")
+        pr = res["probe"] = binding_probe(enc, pairs)
+        print(f"4. swap label read from frozen global embeddings, {pr['n_pairs']} attribute-swap pairs "
+              f"(test accuracy on held-out pairs; chance 0.5; train in brackets); the global cosine itself "
+              f"picks the right caption for {pr['cosine']:.3f} of the {2 * pr['n_pairs']} images")
+        for tower in ("image", "text"):
+            print(f"  {tower:5s} linear {pr[tower]['linear']['test']:.3f} ({pr[tower]['linear']['train']:.3f})  "
+                  f"mlp {pr[tower]['mlp']['test']:.3f} ({pr[tower]['mlp']['train']:.3f})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

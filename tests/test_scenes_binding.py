@@ -22,7 +22,8 @@ def test_scenes_binding_agrees_with_scenes_eval_and_abe(tmp_path):
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, flip_items
 
     out = tmp_path / "b.json"
-    res = sb.main(["--model", "scenes-tiny", "--n", "30", "--n-retrieval", "30", "--json", str(out)])
+    res = sb.main(["--model", "scenes-tiny", "--n", "30", "--n-retrieval", "30", "--probe", "400",
+                   "--json", str(out)])
     assert json.loads(out.read_text())["retrieval"] == res["retrieval"]
     bb = load_backbone("scenes-tiny")
     ev = evaluate_scenes(bb, n=30)["seen"]
@@ -55,3 +56,55 @@ def test_scenes_binding_agrees_with_scenes_eval_and_abe(tmp_path):
     swap = res["closeness"]["attribute_swap"]
     assert swap["text"] > swap["text_random"] and -1 <= swap["margin"] <= 1
     assert 0 <= res["retrieval"]["misses_bag_consistent"] <= 1
+    pr = res["probe"]
+    assert pr["n_pairs"] >= 8 and 0 <= pr["cosine"] <= 1 and set(pr["image"]) == {"linear", "mlp"}
+
+
+def test_binding_probe_reads_conjunctions_and_not_bags():
+    """Part 4: a swap pair has one bag of shapes and colours and opposite labels, so features that keep
+    only the bag are read at exactly chance, features that code each (shape, colour) conjunction are read,
+    and the cosine column compares each image with its own caption against its twin's."""
+    from capscore.scenes import COLOR_NAMES, SHAPES
+
+    pairs = sb.swap_pairs(700, seed=sb.PROBE_SEED, size=32)
+    assert len(pairs) >= 100
+
+    def objs(scene):
+        return sorted((o.shape, o.color) for o in scene.objects)
+
+    for p in pairs:  # two objects, colours swapped; the label by hand from the objects
+        (s1, c1), (s2, c2) = objs(p["scene"])
+        assert len(p["scene"].objects) == 2 and s1 != s2 and c1 != c2
+        assert objs(p["twin"]) == sorted([(s1, c2), (s2, c1)])
+        first_colour = min(((s1, c1), (s2, c2)))[1]  # colour of the alphabetically first shape
+        assert p["label"] == int(first_colour == min(c1, c2))
+    labels = torch.tensor([p["label"] for p in pairs] + [1 - p["label"] for p in pairs])
+    scenes = [p["scene"] for p in pairs] + [p["twin"] for p in pairs]
+
+    def bag(scene):
+        v = torch.zeros(len(SHAPES) + len(COLOR_NAMES))
+        for s, c in objs(scene):
+            v[SHAPES.index(s)] += 1
+            v[len(SHAPES) + COLOR_NAMES.index(c)] += 1
+        return v
+
+    def conj(scene):
+        v = torch.zeros(len(SHAPES) * len(COLOR_NAMES))
+        for s, c in objs(scene):
+            v[SHAPES.index(s) * len(COLOR_NAMES) + COLOR_NAMES.index(c)] = 1
+        return v / 2 ** 0.5
+
+    b = torch.stack([bag(s) for s in scenes])
+    r = sb.probe_features(b, b, labels)
+    for tower in ("image", "text"):
+        for probe in ("linear", "mlp"):
+            assert r[tower][probe]["test"] == 0.5  # identical inputs, opposite labels: one right per pair
+    assert r["cosine"] == 0.0  # own and twin's caption tie: never strictly preferred
+    c = torch.stack([conj(s) for s in scenes])
+    r = sb.probe_features(c, c, labels)
+    assert r["cosine"] == 1.0  # cos 1 with its own caption, 0 with the twin's (no shared conjunction)
+    for tower in ("image", "text"):
+        assert r[tower]["mlp"]["test"] >= 0.8 and r[tower]["linear"]["test"] >= 0.75, r[tower]
+    b_wide = torch.cat([b, torch.zeros(len(b), c.shape[1] - b.shape[1])], 1)  # one width for both towers
+    mixed = sb.probe_features(c, b_wide, labels)  # the text side a bag: its probe at chance, the image's not
+    assert mixed["text"]["mlp"]["test"] == 0.5 and mixed["image"]["mlp"]["test"] >= 0.8
