@@ -128,21 +128,19 @@ def swap_pairs(n: int, *, seed: int, size: int, objects: tuple[int, int] = (2, 2
     {"scene", "twin", "correct", "flawed", "label"}; ``label`` is 1 when, in ``scene``, the alphabetically
     first of the two swapped groups' shapes has the alphabetically first of their colours (the twin and
     the flawed caption: 1 − label)."""
-    from capscore.scenes import applicable_errors, generate_scenes, make_flaw
-    from capscore.scenes.captions import counterfactual
+    from capscore.scenes import generate_scenes
+    from capscore.scenes.evaluate import _twins, flip_items
 
+    scenes = generate_scenes(n, seed=seed, split="train", size=size, min_objects=objects[0], max_objects=objects[1])
+    items = flip_items(scenes, seed=seed, kinds=("attribute_swap",))  # the flaws scenes eval would draw
+    by_id = {s.id: s for s in scenes}
     out = []
-    for s in generate_scenes(n, seed=seed, split="train", size=size, min_objects=objects[0],
-                             max_objects=objects[1]):
-        if "attribute_swap" not in applicable_errors(s):
-            continue
-        flaw = make_flaw(s, "attribute_swap", np.random.default_rng([seed, s.index, 5]))
-        twin = counterfactual(s, flaw)
+    for it, twin in zip(items, _twins(scenes, items)):
         if twin is None:
             continue
-        a, b = flaw.correct_caption.units[0].claims
+        a, b = it["flaw"].correct_caption.units[0].claims
         first = min((a, b), key=lambda m: m.shape)
-        out.append({"scene": s, "twin": twin, "correct": flaw.correct, "flawed": flaw.flawed,
+        out.append({"scene": by_id[it["scene"]], "twin": twin, "correct": it["correct"], "flawed": it["flawed"],
                     "label": int(first.color == min(a.color, b.color))})
     return out
 
