@@ -11,16 +11,16 @@ import torch
 
 from capscore.errors import CapscoreError, InputError
 from capscore.train.data import negative_detail, read_jsonl, scene_examples
-from capscore.train.loop import TrainConfig, batch_indices, lr_at, train
+from capscore.train.loop import TrainConfig, autocast_dtype, batch_indices, lr_at, train
 from capscore.train.recipes import get_recipe, make_step, resolve_params
 
 
-def fresh():
+def fresh(device: str = "cpu"):
     from capscore.backbones import load_backbone
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return load_backbone("capscore-test-tiny", seed=0)
+        return load_backbone("capscore-test-tiny", seed=0, device=device)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +124,69 @@ def test_resume_refuses_changed_options(tmp_path, scenes):
                                                               lr=3e-3), tmp_path, resume=True)
 
 
+def run_contrastive(tmp_path, scenes, amp, *, steps=3, resume=False, stop_after=None, device="cpu"):
+    """A few contrastive steps under ``amp``; returns the backbone, the history and the dtypes the image
+    tower's forward produced inside the loop."""
+    torch.manual_seed(0)
+    bb = fresh(device)
+    r = get_recipe("contrastive")
+    p = resolve_params(r, {})
+    seen, forward = set(), bb.forward_images
+
+    def recording(px, **kw):
+        out = forward(px, **kw)
+        seen.add(out[0].dtype)
+        return out
+
+    bb.forward_images = recording
+    cfg = TrainConfig(steps=steps, batch_size=8, lr=2e-3, warmup=1, seed=0, ckpt_every=2, amp=amp, device=device)
+    res = train(bb, make_step(r, p), scenes, cfg, tmp_path, state=r.prepare(bb, p), resume=resume,
+                stop_after=stop_after)
+    return bb, [h["loss"] for h in res.history], seen
+
+
+def test_cpu_bf16_autocast_trains_in_bf16_with_fp32_weights(tmp_path, scenes):
+    bb32, loss32, dt32 = run_contrastive(tmp_path / "fp32", scenes, "auto")  # auto on CPU: fp32
+    bb16, loss16, dt16 = run_contrastive(tmp_path / "bf16", scenes, "bf16")
+    assert dt32 == {torch.float32} and dt16 == {torch.bfloat16}  # the towers really ran in bf16
+    assert all(v.dtype == torch.float32 for v in bb16.model.state_dict().values() if v.is_floating_point())
+    assert loss16 != loss32  # another precision: not the same numbers
+    # same start, same data: bf16's 8-bit mantissa moves the first loss by well under 1 %
+    assert abs(loss16[0] - loss32[0]) < 0.01 * loss32[0], (loss16, loss32)
+    assert loss16[-1] < loss16[0]
+    run_contrastive(tmp_path / "off", scenes, "off", steps=2)
+    with pytest.raises(CapscoreError, match="amp was off .*, now bf16"):  # resume keeps the precision
+        run_contrastive(tmp_path / "off", scenes, "bf16", steps=2, resume=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("amp,dtype", [("off", torch.float32), ("auto", None), ("bf16", torch.bfloat16),
+                                       ("fp16", torch.float16)])
+def test_cuda_amp_runs_in_its_dtype_and_resumes_exactly(tmp_path, scenes, amp, dtype):
+    """On CUDA every --amp mode trains with fp32 weights, and a run stopped after step 3 (checkpoint at 2)
+    and resumed equals the uninterrupted one (the RNG states load on the CPU: torch.cuda.set_rng_state
+    refuses CUDA tensors; fp16 also restores its GradScaler)."""
+    full_bb, full, seen = run_contrastive(tmp_path / "full", scenes, amp, steps=6, device="cuda")
+    run_contrastive(tmp_path / "cut", scenes, amp, steps=6, stop_after=3, device="cuda")
+    bb, rest, _ = run_contrastive(tmp_path / "cut", scenes, amp, steps=6, resume=True, device="cuda")
+    want = dtype or (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16)
+    assert seen == {want}
+    assert rest == full[2:]
+    a, b = full_bb.model.state_dict(), bb.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(v.dtype == torch.float32 for v in b.values() if v.is_floating_point())
+
+
+def test_amp_modes_and_cpu_fp16_refused():
+    cpu = torch.device("cpu")
+    assert autocast_dtype("auto", cpu) is None and autocast_dtype("off", cpu) is None
+    assert autocast_dtype("bf16", cpu) == torch.bfloat16
+    with pytest.raises(CapscoreError, match="--amp fp16 needs a CUDA device"):
+        autocast_dtype("fp16", cpu)
+    with pytest.raises(CapscoreError, match="--amp 'fp8': expected one of auto, bf16, fp16, off"):
+        autocast_dtype("fp8", cpu)
+
+
 def test_jsonl_reader_and_field_errors(tmp_path, make_images):
     imgs = make_images(2)
     f = tmp_path / "train.jsonl"
@@ -166,3 +229,4 @@ def test_cli_train_writes_loadable_checkpoint_and_card(tmp_path):
         back = load_backbone(f"ckpt:{out / 'model.safetensors'}")
     assert back.context_length == 248
     assert main(argv + ["--set", "nope=1"]) == 2  # user error: one line, exit 2
+    assert main(argv + ["--amp", "fp16"]) == 2  # fp16 autocast needs CUDA

@@ -211,3 +211,26 @@ def test_pacs_augmented_infonce_by_hand():
     assert half.loss.item() == pytest.approx(right + 0.5 * wrong + 0.25 * right, rel=1e-6)
     with pytest.raises(CapscoreError):
         pacs_loss(eye, eye, swapped, eye, s, directions="max")
+
+
+def test_objectives_stay_fp32_inside_bf16_autocast():
+    """Under ``capscore train --amp bf16`` the towers hand bf16 vectors to the objectives; the logits,
+    FILIP maxima and losses must still be computed in fp32: the same numbers as fp32 code on the same
+    (upcast) inputs, not bf16 numbers (at scale 30 a bf16 logit is off by up to 0.125)."""
+    from capscore.train.objectives import filip_loss, hard_negative_contrastive_loss
+
+    g = torch.Generator().manual_seed(0)
+    img, pos, neg = (torch.randn(6, 16, generator=g).to(torch.bfloat16) for _ in range(3))
+    patches = torch.randn(6, 9, 16, generator=g).to(torch.bfloat16)
+    tokens = torch.randn(12, 5, 16, generator=g).to(torch.bfloat16)
+    mask = torch.ones(12, 5, dtype=torch.bool)
+    mask[::2, 3:] = False
+    want_hn, _ = hard_negative_contrastive_loss(img.float(), pos.float(), neg.float(), 30.0)
+    want_filip = filip_loss(patches.float(), tokens.float(), mask, 30.0, negative_columns="own")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got_hn, _ = hard_negative_contrastive_loss(img, pos, neg, 30.0)
+        got_filip = filip_loss(patches, tokens, mask, 30.0, negative_columns="own")
+        bf16_logits = (30.0 * img.float() @ pos.float().T).dtype  # what autocast does to a bare matmul
+    assert bf16_logits == torch.bfloat16
+    assert got_hn.dtype == got_filip.dtype == torch.float32
+    assert torch.equal(got_hn, want_hn) and torch.equal(got_filip, want_filip)

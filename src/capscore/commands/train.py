@@ -32,6 +32,9 @@ def configure(p) -> None:
     p.add_argument("--grad-clip", type=positive_float, default=None, help="clip the gradient norm (default none; scenes-tiny 1.0)")
     p.add_argument("--seed", type=int, default=0)
     add_device(p)
+    p.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
+                   help="mixed precision: auto (default) autocasts on CUDA (bf16, else fp16) and trains fp32 on "
+                        "CPU; bf16 autocasts on CPU too (faster on CPUs with bf16 units); off: fp32 everywhere")
     p.add_argument("--eval-every", type=non_negative_int, default=0, help="evaluate every N steps (always before and after)")
     p.add_argument("--eval-scenes", type=non_negative_int, default=48, help="held-out scenes for evaluation (0: none)")
     p.add_argument("--languages", default="de,fr,es,ja", help="prmcs: student languages (scenes data)")
@@ -135,7 +138,7 @@ def run(args) -> int:
         D.check_fields(examples, recipe.needs, recipe.name)
     opt = optimiser_settings(recipe, args)
     cfg = TrainConfig(seed=args.seed, device=args.device, eval_every=args.eval_every, ckpt_every=args.ckpt_every,
-                      keep_checkpoints=args.keep_checkpoints,
+                      keep_checkpoints=args.keep_checkpoints, amp=args.amp,
                       tensorboard=args.tensorboard, **schedule_settings(recipe, args), **opt)
     bb = load_backbone(model_spec, device=args.device, dtype=args.dtype, seed=args.seed)
     state = recipe.prepare(bb, params)

@@ -16,15 +16,32 @@ where the paper has several terms). ``scale`` is the multiplicative logit scale
 ``loss``                         image→text columns (the scenes-tiny recipe)
 ``filip_loss``                 FILIP token-wise max-similarity contrastive (Yao et al., 2021, 3.1)
 =============================  =========================================================
+
+Each objective computes in fp32, also inside the training loop's autocast (``capscore train --amp``):
+only the towers run in bf16/fp16; the cosines, logits, maxima and losses do not (a bf16 logit at
+scale 32 would be off by up to 0.125).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from capscore.errors import param_error
+
+
+def _fp32(fn):
+    """Run ``fn`` with autocast off for the device of its first tensor argument (inputs are cast by
+    :func:`_unit` or ``.float()``), so an objective gives fp32 numbers under ``--amp`` too."""
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        t = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        with torch.autocast(t.device.type if t is not None else "cpu", enabled=False):
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def _unit(x: torch.Tensor) -> torch.Tensor:
@@ -36,6 +53,7 @@ def _as_scale(scale) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- CLIP
+@_fp32
 def contrastive_loss(
     image: torch.Tensor, text: torch.Tensor, scale, *, symmetric: bool = True
 ) -> torch.Tensor:
@@ -83,6 +101,7 @@ SPECS_THETAS = ("logit", "cosine")
 SPECS_MARGINS = ("carried", "per-batch")
 
 
+@_fp32
 def specs_loss(
     image: torch.Tensor,
     caption: torch.Tensor,
@@ -175,6 +194,7 @@ class PrmcsLoss:
     text_perturbed: torch.Tensor  # λ3 max(m, cos(T(o), T(p)))
 
 
+@_fp32
 def prmcs_loss(
     image: torch.Tensor,
     original: torch.Tensor,
@@ -210,6 +230,7 @@ def prmcs_loss(
 
 
 # ----------------------------------------------------------------------------- distillation
+@_fp32
 def distillation_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
     """Multilingual teacher distillation (Kim et al., 2023, section 3.1, after M-CLIP):
     the student embeds a translation, the teacher (the frozen CLIP text tower) the
@@ -231,6 +252,7 @@ class PacsLoss:
     generated_texts: torch.Tensor
 
 
+@_fp32
 def pacs_loss(
     image: torch.Tensor,
     text: torch.Tensor,
@@ -276,6 +298,7 @@ def pacs_loss(
 
 
 # ----------------------------------------------------------------------------- hard negatives
+@_fp32
 def hard_negative_contrastive_loss(
     image: torch.Tensor, text: torch.Tensor, negatives: torch.Tensor, scale
 ) -> tuple[torch.Tensor, dict]:
@@ -307,6 +330,7 @@ def hard_negative_contrastive_loss(
 
 
 # ----------------------------------------------------------------------------- FILIP
+@_fp32
 def filip_similarity(
     image_tokens: torch.Tensor, text_tokens: torch.Tensor, text_mask: torch.Tensor,
     image_mask: torch.Tensor | None = None, *, text_group: int = 64,
@@ -345,6 +369,7 @@ def filip_similarity(
     return torch.cat(parts_i2t, 1)[:, back], torch.cat(parts_t2i, 1)[:, back]
 
 
+@_fp32
 def filip_pair_similarity(
     image_tokens: torch.Tensor, text_tokens: torch.Tensor, text_mask: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -422,6 +447,7 @@ class _TokenWiseMax(torch.autograd.Function):
         return dx, dy.view_as(y), None, None
 
 
+@_fp32
 def filip_loss(
     image_tokens: torch.Tensor, text_tokens: torch.Tensor, text_mask: torch.Tensor, scale,
     *, negative_columns: str = "all",
