@@ -93,7 +93,7 @@ def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
     on CPU too: weights, optimizer moments and gradients stay fp32, the towers' matmuls and convolutions
     run in bf16 (8-bit mantissa), the objectives stay fp32 (:mod:`capscore.train.objectives`). Measured
     on the 2-core AVX512-BF16 development CPU (``benchmarks/train_amp.py``): 1.20x faster steps for the
-    scenes-tiny recipe's stage 2 (its FILIP term is a large fp32 share), 1.53x for ViT-B-32 at batch 16.
+    scenes-tiny recipe's stage 2 (its FILIP term, a fifth of the step, stays fp32), 1.53x for ViT-B-32 at batch 16.
     ``fp16`` needs CUDA (CPU fp16 autocast has no loss scaler here)."""
     if amp not in AMP_MODES:
         raise CapscoreError(f"--amp {amp!r}: expected one of {', '.join(AMP_MODES)}")
