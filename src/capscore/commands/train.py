@@ -6,6 +6,7 @@ from capscore.commands._args import (add_device, add_model, non_negative_float, 
 
 
 def configure(p) -> None:
+    from capscore.train.loop import AMP_MODES
     from capscore.train.recipes import RECIPES
 
     p.add_argument("recipe", choices=sorted(RECIPES), help="objective to train with")
@@ -32,7 +33,7 @@ def configure(p) -> None:
     p.add_argument("--grad-clip", type=positive_float, default=None, help="clip the gradient norm (default none; scenes-tiny 1.0)")
     p.add_argument("--seed", type=int, default=0)
     add_device(p)
-    p.add_argument("--amp", choices=("auto", "bf16", "fp16", "off"), default="auto",
+    p.add_argument("--amp", choices=AMP_MODES, default="auto",
                    help="mixed precision: auto (default) autocasts on CUDA (bf16, else fp16) and trains fp32 on "
                         "CPU; bf16 autocasts on CPU too (faster on CPUs with bf16 units); off: fp32 everywhere")
     p.add_argument("--eval-every", type=non_negative_int, default=0, help="evaluate every N steps (always before and after)")
