@@ -1,15 +1,17 @@
 """Training step time with CPU bf16 autocast (``capscore train --amp bf16``) against fp32, in the same run.
 
-Runs the same ``scenes-tiny`` recipe steps twice from the same start — first with ``amp="off"`` (fp32,
-the CPU default), then with ``amp="bf16"`` — through the one training loop (:func:`capscore.train.loop.train`),
-and prints the mean seconds per step of each (the loop's own per-step timer, first ``--skip`` steps
-dropped as warm-up), the speed ratio, and how far the two runs' losses drift apart.
+Runs the same ``scenes-tiny`` recipe steps from the same start with ``amp="off"`` (fp32, the CPU default)
+and with ``amp="bf16"``, through the one training loop (:func:`capscore.train.loop.train`), in
+``--rounds`` rounds whose order alternates (off, bf16, then bf16, off, ...: whichever runs first in a
+process pays warm-up costs, so one order alone flatters the second), and prints the mean seconds per step
+of each run and mode (the loop's own per-step timer, first ``--skip`` steps of each run dropped), the
+speed ratio, and how far the two modes' losses drift apart.
 
 The default settings are the bundled model's stage 2 (``capscore/scenes/MODEL_CARD.md``: FILIP term 0.5,
 image twins 0.5, negative weights 1,3,3,1,1,1, batch 128, lr 7.5e-4) from the bundled ``scenes-tiny``.
 The speed-up needs a CPU with native bf16 (AVX512-BF16 or AMX); elsewhere bf16 may be slower.
 
-    python benchmarks/train_amp.py                      # 20 steps each, scenes-tiny, 2 threads
+    python benchmarks/train_amp.py                      # 20 steps per run, 2 rounds, scenes-tiny, 2 threads
     python benchmarks/train_amp.py --steps 40 --threads 4
 """
 from __future__ import annotations
@@ -44,21 +46,28 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2, help="rounds of one run per mode, order alternating")
     args = ap.parse_args()
     if not 0 <= args.skip < args.steps:
         ap.error("need 0 <= --skip < --steps")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
 
     import torch
 
     torch.set_num_threads(args.threads)
-    hist = {amp: run(args.model, amp, args.steps, args.batch_size, args.seed) for amp in ("off", "bf16")}
-    sec = {amp: statistics.mean(e["sec"] for e in h[args.skip:]) for amp, h in hist.items()}
     print(f"scenes-tiny recipe (stage-2 settings), {args.model}, batch {args.batch_size}, {args.threads} threads, "
-          f"{args.steps} steps each (first {args.skip} not timed); torch {torch.__version__}")
-    for amp in ("off", "bf16"):
-        h = hist[amp]
-        print(f"  amp={amp:<4}  {sec[amp]:.3f} s/step   loss first {h[0]['loss']:.4f}  last {h[-1]['loss']:.4f}")
-    drift = max(abs(a["loss"] - b["loss"]) for a, b in zip(hist["off"], hist["bf16"]))
+          f"{args.steps} steps per run (first {args.skip} not timed), {args.rounds} rounds; torch {torch.__version__}")
+    hist: dict[str, list] = {"off": [], "bf16": []}
+    for r in range(args.rounds):
+        for amp in (("off", "bf16") if r % 2 == 0 else ("bf16", "off")):
+            h = run(args.model, amp, args.steps, args.batch_size, args.seed)
+            hist[amp].append(h)
+            print(f"  round {r + 1} amp={amp:<4}  {statistics.mean(e['sec'] for e in h[args.skip:]):.3f} s/step   "
+                  f"loss first {h[0]['loss']:.4f}  last {h[-1]['loss']:.4f}")
+    sec = {amp: statistics.mean(e["sec"] for h in hs for e in h[args.skip:]) for amp, hs in hist.items()}
+    print(f"  mean: amp=off {sec['off']:.3f} s/step, amp=bf16 {sec['bf16']:.3f} s/step")
+    drift = max(abs(a["loss"] - b["loss"]) for a, b in zip(hist["off"][0], hist["bf16"][0]))
     print(f"  bf16 speed-up: {sec['off'] / sec['bf16']:.2f}x fp32; largest per-step loss difference {drift:.4f}")
 
 

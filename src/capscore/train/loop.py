@@ -92,8 +92,9 @@ def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
     where the GPU supports it, else fp16 with a GradScaler; on CPU it trains in fp32. ``bf16`` autocasts
     on CPU too: weights, optimizer moments and gradients stay fp32, the towers' matmuls and convolutions
     run in bf16 (8-bit mantissa), the objectives stay fp32 (:mod:`capscore.train.objectives`). Measured
-    on the 2-core AVX512-BF16 development CPU (``benchmarks/train_amp.py``): 1.20x faster steps for the
-    scenes-tiny recipe's stage 2 (its FILIP term, a fifth of the step, stays fp32), 1.53x for ViT-B-32 at batch 16.
+    on the 2-core AVX512-BF16 development CPU: 1.47x faster steps for ViT-B-32 at batch 16
+    (``benchmarks/train_amp.py``), but only 1.04x over the whole of the scenes-tiny recipe's stage 2 (its
+    FILIP term, a fifth of the step, stays fp32; docs/train.md).
     ``fp16`` needs CUDA (CPU fp16 autocast has no loss scaler here)."""
     if amp not in AMP_MODES:
         raise CapscoreError(f"--amp {amp!r}: expected one of {', '.join(AMP_MODES)}")
