@@ -65,10 +65,7 @@ def main() -> None:
     def labels(batch) -> torch.Tensor:
         y = torch.zeros(len(batch), n_labels)
         for i, e in enumerate(batch):
-            counts: dict = {}
-            for o in e.extra["scene"].objects:
-                counts[o.key] = counts.get(o.key, 0) + 1
-            for (shape, colour), n in counts.items():
+            for (shape, colour), n in e.extra["scene"].graph.counts.items():
                 j = shapes.index(shape) * len(colours) + colours.index(colour)
                 y[i, j] = 1
                 if a.count and n >= 2:
