@@ -264,6 +264,42 @@ def test_attribute_swap_keeps_words_and_changes_binding(scenes):
     assert sorted(f.correct.split()) == sorted(f.flawed.split())  # same bag of words, different binding
 
 
+def test_bound_flaws_introduce_only_values_already_in_the_scene():
+    """make_flaw(bound=True): the hand scene (red circle, blue square, two green stars) has, for each
+    kind, only bound errors to choose from, listed here by hand; bound=False also draws free ones."""
+    from capscore.scenes.evaluate import needs_binding
+
+    s = _hand_scene()
+    colours = {"circle": {"blue", "green"}, "square": {"red", "green"}, "star": {"red", "blue"}}
+    shapes = {"red": {"square", "star"}, "blue": {"circle", "star"}, "green": {"circle", "square"}}
+    counts = {("circle", "red"): 2, ("square", "blue"): 2, ("star", "green"): 1}
+    extras = {(a, b) for a in ("circle", "square", "star") for b in ("red", "blue", "green")} - \
+        {("circle", "red"), ("square", "blue"), ("star", "green")}
+    free_seen = set()
+    for r in range(40):
+        for kind in ("color", "shape", "count", "hallucination"):
+            f = make_flaw(s, kind, np.random.default_rng([r, 1]), bound=True)
+            new = f.flawed_caption.facts() - f.correct_caption.facts()
+            objs = {x[1:] for x in new if x[0] == "obj"}
+            assert needs_binding(s, f), (kind, f.flawed)
+            if kind == "color":
+                assert len(objs) == 1 and next(iter(objs))[1] in colours[next(iter(objs))[0]]
+            elif kind == "shape":
+                assert len(objs) == 1 and next(iter(objs))[0] in shapes[next(iter(objs))[1]]
+            elif kind == "count":
+                (_, shape, colour, k), = [x for x in new if x[0] == "count"]
+                assert counts[(shape, colour)] == k
+            else:
+                assert len(objs) == 1 and objs <= extras
+            free = make_flaw(s, kind, np.random.default_rng([r, 1]))
+            if not needs_binding(s, free):
+                free_seen.add(kind)
+    assert free_seen == {"color", "shape", "count", "hallucination"}
+    # a single object has nothing to bind to: the usual draw, no error
+    one = Scene("one", 0, "all", 0, 64, build_graph(_hand_scene().objects[:1]), False)
+    assert not needs_binding(one, make_flaw(one, "shape", np.random.default_rng(0), bound=True))
+
+
 def test_short_and_long_captions_state_only_true_facts(scenes):
     for s in scenes[:60]:
         caps = s.captions()

@@ -312,6 +312,27 @@ def test_image_twins_follow_their_scene_with_the_texts_swapped():
         get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"twins": "2"}))
 
 
+def test_bound_negatives_raise_the_share_of_bound_hard_negatives():
+    """--set bound_negatives=p: with p = 1 every colour/shape/count/hallucination negative that can be
+    bound is (needs_binding, the evaluation's rule); p = 0 is the stream as before."""
+    from capscore.scenes.evaluate import needs_binding
+    from capscore.train.recipes import get_recipe, resolve_params
+
+    def share(stream):
+        rows = [needs_binding(e.extra["scene"], e.extra["flaw"]) for e in stream.batch(0, 128)
+                if "twin_of" not in e.extra and e.extra["kind"] in ("color", "shape", "count", "hallucination")
+                and len(e.extra["scene"].objects) > 1]
+        return np.mean(rows), len(rows)
+
+    natural, n = share(SceneStream(4))
+    bound, m = share(SceneStream(4, bound=1.0))
+    assert n > 40 and m > 40 and natural < 0.35 and bound > 0.6
+    assert [(e.caption, e.negative) for e in SceneStream(4, bound=0.0).batch(0, 32)] == \
+        [(e.caption, e.negative) for e in SceneStream(4).batch(0, 32)]
+    with pytest.raises(CapscoreError, match="bound_negatives"):
+        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"bound_negatives": "1.5"}))
+
+
 def test_lock_text_steps_keeps_the_text_tower_at_its_init_then_trains_it(tmp_path, capsys):
     """--set lock_text_steps=N: steps 0..N-1 move only the image tower (and temperature); step N moves both."""
     from safetensors.torch import load_file

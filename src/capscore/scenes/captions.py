@@ -258,8 +258,24 @@ def _with_context(scene: "Scene", g: "Group", rng: np.random.Generator) -> list[
     return ms
 
 
-def make_flaw(scene: "Scene", kind: str, rng: np.random.Generator, lang: str = "en") -> Flaw:
-    """One caption with a controlled error of ``kind`` and its correct twin (see :data:`ERROR_KINDS`)."""
+def _bound_only(items: list, keep) -> list:
+    """The items ``keep`` accepts, or all of them where it accepts none."""
+    kept = [x for x in items if keep(x)]
+    return kept or items
+
+
+def make_flaw(scene: "Scene", kind: str, rng: np.random.Generator, lang: str = "en", *, bound: bool = False) -> Flaw:
+    """One caption with a controlled error of ``kind`` and its correct twin (see :data:`ERROR_KINDS`).
+
+    ``bound=True`` draws colour, shape, count and hallucination errors only among *bound* ones where the
+    scene allows any: the value the error introduces is already in the scene on another object (a red
+    circle called a star next to a green star; a group of two called three next to a group of three; a
+    hallucinated object whose shape and colour both occur), so every word of the false caption describes
+    something in the image and only binding tells the captions apart
+    (:func:`capscore.scenes.evaluate.needs_binding` is the same rule). Where the scene has no bound
+    option for the kind, the usual draw. The default (False) draws values uniformly among the allowed
+    ones, as every evaluation does; with it, the random draws are the same as before the option existed.
+    """
     if kind not in ERROR_KINDS:
         raise unknown_name("error kind", kind, ERROR_KINDS)
     if kind not in applicable_errors(scene):
@@ -285,29 +301,55 @@ def make_flaw(scene: "Scene", kind: str, rng: np.random.Generator, lang: str = "
         bad = Relation(r.a, CONVERSE[rel], r.b)
         return Flaw(kind, f"{oa.color} {oa.shape} {rel} -> {CONVERSE[rel]} {ob.color} {ob.shape}",
                     Caption((Unit("relphrase", (r,)),), lang), Caption((Unit("relphrase", (bad,)),), lang))
+    shapes = {o.shape for o in scene.graph.objects}
+    colours = {o.color for o in scene.graph.objects}
+    counts = {g.key: g.count for g in groups}
+
+    def other_count(g, k: int) -> bool:  # another group has k objects
+        return any(n == k for key, n in counts.items() if key != g.key)
+
+    def count_options(g) -> list[int]:
+        options = [k for k in (g.count - 1, g.count + 1, g.count + 2) if 1 <= k <= 6]
+        return _bound_only(options, lambda k: other_count(g, k)) if bound else options
+
+    def new_colours(g) -> list[tuple[str, str]]:
+        pairs = _free_pairs(scene, shape=g.shape)
+        return _bound_only(pairs, lambda sc: sc[1] in colours) if bound else pairs
+
+    def new_shapes(g) -> list[tuple[str, str]]:
+        pairs = _free_pairs(scene, color=g.color)
+        return _bound_only(pairs, lambda sc: sc[0] in shapes) if bound else pairs
+
     if kind == "hallucination":
         g = _pick(rng, groups)
         ms = _with_context(scene, g, rng)
-        s, c = _pick(rng, _free_pairs(scene))
+        extras = _free_pairs(scene)
+        if bound:
+            extras = _bound_only(extras, lambda sc: sc[0] in shapes and sc[1] in colours)
+        s, c = _pick(rng, extras)
         extra = Mention(s, c, 1, _pick(rng, list(SIZES)))
         bad = list(ms)
         bad.insert(int(rng.integers(len(bad) + 1)), extra)
         return Flaw(kind, f"+ {extra.size} {c} {s}", picture(ms), picture(bad))
     # single-mention edits: color, shape, size, pattern, count, object
     if kind == "color":
-        g = _pick(rng, [g for g in groups if _free_pairs(scene, shape=g.shape)])
+        pool = [g for g in groups if _free_pairs(scene, shape=g.shape)]
+        g = _pick(rng, _bound_only(pool, lambda g: new_colours(g)[0][1] in colours) if bound else pool)
     elif kind == "shape":
-        g = _pick(rng, [g for g in groups if _free_pairs(scene, color=g.color)])
+        pool = [g for g in groups if _free_pairs(scene, color=g.color)]
+        g = _pick(rng, _bound_only(pool, lambda g: new_shapes(g)[0][0] in shapes) if bound else pool)
+    elif kind == "count" and bound:
+        g = _pick(rng, _bound_only(groups, lambda g: other_count(g, count_options(g)[0])))
     else:
         g = _pick(rng, groups)
     ms = _with_context(scene, g, rng)
     pos = next(k for k, m in enumerate(ms) if m.key == g.key)
     m = ms[pos]
     if kind == "color":
-        _, c = _pick(rng, _free_pairs(scene, shape=g.shape))
+        _, c = _pick(rng, new_colours(g))
         new, what = Mention(m.shape, c, m.count, m.size, m.pattern), f"{m.color} -> {c}"
     elif kind == "shape":
-        s, _ = _pick(rng, _free_pairs(scene, color=g.color))
+        s, _ = _pick(rng, new_shapes(g))
         new, what = Mention(s, m.color, m.count, m.size, m.pattern), f"{m.shape} -> {s}"
     elif kind == "size":
         other = SIZES[1 - SIZES.index(m.size)]
@@ -317,8 +359,7 @@ def make_flaw(scene: "Scene", kind: str, rng: np.random.Generator, lang: str = "
         p = _pick(rng, choices)
         new, what = Mention(m.shape, m.color, m.count, m.size, p), f"{m.pattern or 'plain'} -> {p}"
     elif kind == "count":
-        options = [k for k in (m.count - 1, m.count + 1, m.count + 2) if 1 <= k <= 6]
-        k = _pick(rng, options)
+        k = _pick(rng, count_options(g))
         new, what = Mention(m.shape, m.color, k, m.size, m.pattern), f"{m.count} -> {k}"
     else:  # object
         s, c = _pick(rng, _free_pairs(scene, not_shape=g.shape, not_color=g.color))

@@ -51,6 +51,14 @@ Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and `
   scenes, and they undo most of it), → 0.72 / 0.78 with ``single_object_steps=500 lock_text_steps=300``
   (the text tower then learns shape from single objects too, and keeps it); that alone lowers count on
   minimal pairs (0.43 → 0.19), which ``twins=0.5`` restores (0.69);
+* **bound negatives** (``bound_negatives`` = p, default 0): with probability p a colour, shape, count or
+  hallucination negative is drawn among the *bound* errors of its scene (``make_flaw(bound=True)``: the
+  new value is already on another object, so only binding tells the captions apart; the rule of
+  :func:`capscore.scenes.evaluate.needs_binding`), where the scene has any. Natural draws make about
+  17 % of these negatives bound in scenes of two or more objects; p = 0.5 makes it about 44 %, p = 1
+  about 78 %. Why: the bundled model's remaining flip errors are bound items (docs/scenes.md § Perception
+  or binding); this gives them a larger share of the hard negatives. Matching hard negatives to a
+  compositional failure is NegCLIP's idea (Yuksekgonul et al. 2023); the rule is this recipe's;
 * optimisation (the loop's; this recipe's defaults in :data:`OPTIM`, :data:`TRAIN_DEFAULTS`): AdamW, no
   weight decay on gains, biases, embeddings and the logit scale, linear warm-up then cosine decay to
   10 % of the peak rate, gradient clipping at 1.0; fp32 on CPU; the model starts from the random
@@ -79,7 +87,7 @@ OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the 
 TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
 PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
               dense="none", dense_weight=0.0, dense_negatives="own", twins=0.0, lock_text_steps=0,
-              single_object_steps=0)
+              single_object_steps=0, bound_negatives=0.0)
 START_MODEL = "openclip:scenes-tiny"  # random init from --seed
 
 
@@ -138,6 +146,7 @@ class SceneStream:
     prefix_p: float = 0.25  # share of pairs with the CLIP-S prompt prefix, so CLIP-S scoring sees it
     twins: float = 0.0  # probability that a scene's image twin (capscore.scenes.captions.counterfactual) follows it
     single_until: int = 0  # micro-batches k < this hold single-object scenes (a curriculum); 0: none
+    bound: float = 0.0  # probability that a colour/shape/count/hallucination negative is drawn bound (make_flaw)
 
     def batch(self, k: int, batch_size: int) -> list[Example]:
         from capscore.scenes import applicable_errors, generate_scenes, make_flaw
@@ -163,12 +172,12 @@ class SceneStream:
                 if w.sum() <= 0:
                     w = np.ones(len(idx))
                 kind = self.kinds[idx[int(rng.choice(len(idx), p=w / w.sum()))]]
-            flaw = make_flaw(s, kind, rng)
+            flaw = make_flaw(s, kind, rng, bound=self.bound > 0 and rng.random() < self.bound)
             pos, neg, right = _positive_and_negative(s, flaw, rng)
             if rng.random() < self.prefix_p:
                 pos, neg, right = CLIP_S_PREFIX + pos, CLIP_S_PREFIX + neg, CLIP_S_PREFIX + right
             out.append(Example(ImageRef(image=s.render(), name=s.id), pos, source=s.id, negative=neg,
-                               extra={"scene": s, "kind": kind}))
+                               extra={"scene": s, "kind": kind, "flaw": flaw}))
             if self.twins > 0 and len(out) < batch_size and rng.random() < self.twins:
                 twin = counterfactual(s, flaw)
                 if twin is not None:  # the flawed text is the twin's positive, the exact correct twin its negative
@@ -182,7 +191,8 @@ def data(bb: Backbone, p: dict, *, seed: int) -> SceneStream:
 
     kinds, weights = negative_mix(p)
     return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]),
-                       twins=float(p["twins"]), single_until=_steps(p, "single_object_steps"))
+                       twins=float(p["twins"]), single_until=_steps(p, "single_object_steps"),
+                       bound=_probability(p, "bound_negatives"))
 
 
 def prepare(bb: Backbone, p: dict) -> dict:
@@ -194,15 +204,21 @@ def prepare(bb: Backbone, p: dict) -> dict:
     if p["dense_negatives"] not in ("own", "all"):
         raise param_error("dense_negatives", "the scenes-tiny recipe (--set)", "'own' or 'all'", p["dense_negatives"])
     negative_mix(p)
-    try:
-        twins = float(p["twins"])
-    except (TypeError, ValueError):
-        twins = -1.0
-    if not 0.0 <= twins <= 1.0:
-        raise param_error("twins", "the scenes-tiny recipe (--set)", "a probability in [0, 1]", p["twins"])
+    _probability(p, "twins")
+    _probability(p, "bound_negatives")
     _steps(p, "lock_text_steps")
     _steps(p, "single_object_steps")
     return {}
+
+
+def _probability(p: dict, name: str) -> float:
+    try:
+        x = float(p[name])
+    except (TypeError, ValueError):
+        x = -1.0
+    if not 0.0 <= x <= 1.0:
+        raise param_error(name, "the scenes-tiny recipe (--set)", "a probability in [0, 1]", p[name])
+    return x
 
 
 def _steps(p: dict, name: str) -> int:
