@@ -9,7 +9,10 @@ evaluation scenes (seed 12345) as ``scenes eval``:
    ``scenes eval`` reports) and with ABE-CLIP's local token–patch score (``s_local``, no refinement,
    top-K pooling with ``--k``), per number of objects in the scene. Needs a model with patch tokens.
    If the local score wins items the global one loses, the image tower sees the difference and the
-   pooled embedding drops it.
+   pooled embedding drops it. Beside them a third score, the mean-pooled tokens (cosine of the mean
+   word token and the mean patch token; :func:`global_vs_local`), and all three on free and bound items
+   (:func:`capscore.scenes.evaluate.needs_binding`): it tells whether the tokens hold conjunctions as
+   linear features (then averaging them would bind) or the local score binds only through its max.
 2. **how close each tower puts a minimal pair**: the mean cosine between a flip item's correct and flawed
    caption (text tower) and between its scene and the scene's counterfactual twin (image tower,
    :func:`capscore.scenes.captions.counterfactual`), against random pairs of the same items; and the mean
@@ -50,7 +53,15 @@ PROBE_SEED = 4242  # part 4's scenes: fresh training scenes, not scenes eval's
 
 
 def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
-    """{kind: {"global": {n_objects: acc}, "local": {...}, "n": {...}}} plus "all" per kind."""
+    """{kind: {"global": {n_objects: acc}, "local": {...}, "mean": {...}, "n": {...}}} plus "all" per kind,
+    and for colour, shape, count and hallucination "by_binding": {score: {"free": acc, "bound": acc}}.
+
+    "mean" is a third score: the cosine between the mean of the caption's word-token vectors (start and
+    end tokens dropped, as the local score drops them) and the mean of the image's patch tokens, both
+    normalised per token first. It is what a global embedding pooled by averaging the joint-space tokens
+    would score: if the tokens carried (shape, colour) conjunctions as linear features, it would bind as
+    the local score does; if the local score binds only through its max over patches, it would not."""
+    from capscore.scenes.evaluate import BINDING_KINDS, needs_binding
     from capscore.scores.abe import abe_components, make_config
 
     by_id = {s.id: s for s in scenes}
@@ -58,8 +69,18 @@ def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
     cfg = make_config(k=k, refine=False, binding_difference=False, omega=0.0)
     good = abe_components(encoder, images, [it["correct"] for it in items], config=cfg)
     bad = abe_components(encoder, images, [it["flawed"] for it in items], config=cfg)
-    wins = {"global": (good.global_ > bad.global_).numpy(), "local": (good.local > bad.local).numpy()}
+    _, patches = encoder.image_patches(images)
+    pooled = torch.nn.functional.normalize(patches.float(), dim=-1).mean(1)  # (N, D)
+
+    def mean_score(texts):
+        toks = encoder.text_tokens(texts)
+        words = torch.stack([t.vectors[1:-1].mean(0) for t in toks])
+        return torch.nn.functional.cosine_similarity(words, pooled, dim=-1)
+
+    wins = {"global": (good.global_ > bad.global_).numpy(), "local": (good.local > bad.local).numpy(),
+            "mean": (mean_score([it["correct"] for it in items]) > mean_score([it["flawed"] for it in items])).numpy()}
     objects = np.array([len(by_id[it["scene"]].objects) for it in items])
+    bound = np.array([bool(needs_binding(by_id[it["scene"]], it["flaw"])) for it in items])
     out: dict = {}
     for kind in dict.fromkeys(it["kind"] for it in items):
         sel = np.array([it["kind"] == kind for it in items])
@@ -67,6 +88,11 @@ def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
         for name, w in wins.items():
             row[name] = {str(c): float(w[sel & (objects == c)].mean()) for c in sorted(set(objects[sel].tolist()))}
         row["n_by_objects"] = {str(c): int((sel & (objects == c)).sum()) for c in sorted(set(objects[sel].tolist()))}
+        if kind in BINDING_KINDS:
+            row["n_bound"] = int((sel & bound).sum())
+            row["by_binding"] = {name: {part: float(w[sel & m].mean()) if (sel & m).any() else None
+                                        for part, m in (("free", ~bound), ("bound", bound))}
+                                 for name, w in wins.items()}
         out[kind] = row
     return out
 
@@ -231,10 +257,18 @@ def main(argv=None) -> dict:
     res = {"model": args.model, "identity": enc.backbone.identity, "n": args.n, "k": args.k}
     if enc.backbone.has_patch_tokens:
         res["global_vs_local"] = global_vs_local(enc, scenes, items, k=args.k)
-        print(f"1. flip accuracy, global cosine vs local token-patch score (K={args.k}), {args.n} seen scenes")
+        print(f"1. flip accuracy, global cosine / local token-patch score (K={args.k}) / mean-pooled tokens, "
+              f"{args.n} seen scenes")
         for kind, row in res["global_vs_local"].items():
             cells = "  ".join(f"{c}: {row['global'][c]:.2f}/{row['local'][c]:.2f}" for c in row["global"])
-            print(f"  {kind:15s} all {row['all']['global']:.3f}/{row['all']['local']:.3f}  by objects {cells}")
+            print(f"  {kind:15s} all {row['all']['global']:.3f}/{row['all']['local']:.3f}/{row['all']['mean']:.3f}"
+                  f"  by objects (global/local) {cells}")
+        print("   free / bound items (global; local; mean-pooled)")
+        for kind, row in res["global_vs_local"].items():
+            if "by_binding" in row:
+                cells = "; ".join(f"{b['free']:.3f} / {b['bound']:.3f}" if b["bound"] is not None else f"{b['free']:.3f} / -"
+                                  for b in row["by_binding"].values())
+                print(f"  {kind:15s} {cells}  (bound n={row['n_bound']})")
     else:
         print(f"1. skipped: {args.model} has no patch tokens")
     res["closeness"] = tower_closeness(enc, scenes, items)

@@ -44,15 +44,27 @@ def test_scenes_binding_agrees_with_scenes_eval_and_abe(tmp_path):
 
         def local(texts):
             ids = bb.tokenize(texts)
-            out = []
+            out, pooled = [], []
             for i, r in enumerate(ids):
                 _, tok = bb.forward_texts(torch.tensor([r]), torch.tensor([len(r)]), tokens=True)
                 t = F.normalize(tok[0, 1:len(r) - 1], dim=-1)  # word tokens only
-                out.append((t @ F.normalize(patches[i], dim=-1).T).max(1).values.mean())
-            return torch.stack(out)
+                p = F.normalize(patches[i], dim=-1)
+                out.append((t @ p.T).max(1).values.mean())
+                pooled.append(F.cosine_similarity(t.mean(0), p.mean(0), dim=0))
+            return torch.stack(out), torch.stack(pooled)
 
-        wins = (local([it["correct"] for it in items]) > local([it["flawed"] for it in items])).numpy()
-    assert abs(res["global_vs_local"]["shape"]["all"]["local"] - wins.mean()) * len(items) <= 1
+        (good_l, good_m), (bad_l, bad_m) = local([it["correct"] for it in items]), local([it["flawed"] for it in items])
+        wins, wins_mean = (good_l > bad_l).numpy(), (good_m > bad_m).numpy()
+    row = res["global_vs_local"]["shape"]
+    assert abs(row["all"]["local"] - wins.mean()) * len(items) <= 1
+    assert abs(row["all"]["mean"] - wins_mean.mean()) * len(items) <= 1
+    # the free / bound split of the global column is scenes eval's --by-binding
+    for kind in ("color", "shape", "count", "hallucination"):
+        for part in ("free", "bound"):
+            mine, theirs = res["global_vs_local"][kind]["by_binding"]["global"][part], ev["flips"][kind]["by_binding"][part]
+            assert (mine is None) == (theirs["accuracy"] is None)
+            if mine is not None:
+                assert abs(mine - theirs["accuracy"]) * theirs["n"] <= 1, (kind, part)
     swap = res["closeness"]["attribute_swap"]
     assert swap["text"] > swap["text_random"] and -1 <= swap["margin"] <= 1
     assert 0 <= res["retrieval"]["misses_bag_consistent"] <= 1
