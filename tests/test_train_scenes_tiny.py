@@ -313,8 +313,9 @@ def test_image_twins_follow_their_scene_with_the_texts_swapped():
 
 
 def test_bound_negatives_raise_the_share_of_bound_hard_negatives():
-    """--set bound_negatives=p: with p = 1 every colour/shape/count/hallucination negative that can be
-    bound is (needs_binding, the evaluation's rule); p = 0 is the stream as before."""
+    """--set bound_negatives=p: with p = 1 most colour/shape/count/hallucination negatives of multi-object
+    scenes are bound (needs_binding, the evaluation's rule; the rest have no bound option), against under
+    a third in the natural draw; p = 0 is the stream as before."""
     from capscore.scenes.evaluate import needs_binding
     from capscore.train.recipes import get_recipe, resolve_params
 
