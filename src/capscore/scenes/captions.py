@@ -303,7 +303,7 @@ def make_flaw(scene: "Scene", kind: str, rng: np.random.Generator, lang: str = "
                     Caption((Unit("relphrase", (r,)),), lang), Caption((Unit("relphrase", (bad,)),), lang))
     shapes = {o.shape for o in scene.graph.objects}
     colours = {o.color for o in scene.graph.objects}
-    counts = {g.key: g.count for g in groups}
+    counts = scene.graph.counts
 
     def other_count(g, k: int) -> bool:  # another group has k objects
         return any(n == k for key, n in counts.items() if key != g.key)

@@ -62,7 +62,7 @@ def needs_binding(scene, flaw) -> bool | None:
         return None
     shapes = {o.shape for o in scene.graph.objects}
     colours = {o.color for o in scene.graph.objects}
-    counts = {(g.shape, g.color): g.count for g in scene.graph.groups}
+    counts = scene.graph.counts
     new = flaw.flawed_caption.facts() - flaw.correct_caption.facts()
     checks = []
     for f in new:
