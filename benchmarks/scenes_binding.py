@@ -10,9 +10,11 @@ evaluation scenes (seed 12345) as ``scenes eval``:
    top-K pooling with ``--k``), per number of objects in the scene. Needs a model with patch tokens.
    If the local score wins items the global one loses, the image tower sees the difference and the
    pooled embedding drops it. Beside them a third score, the mean-pooled tokens (cosine of the mean
-   word token and the mean patch token; :func:`global_vs_local`), and all three on free and bound items
-   (:func:`capscore.scenes.evaluate.needs_binding`): it tells whether the tokens hold conjunctions as
-   linear features (then averaging them would bind) or the local score binds only through its max.
+   word token and the mean patch token; :func:`global_vs_local`), a fourth, the second-order pooled
+   tokens (cosine of the mean outer products, Lin et al. 2015's bilinear pooling), and all four on free
+   and bound items (:func:`capscore.scenes.evaluate.needs_binding`): the third tells whether the tokens
+   hold conjunctions as linear features (then averaging them would bind) or the local score binds only
+   through its max; the fourth whether one vector per side can keep the local score's binding.
 2. **how close each tower puts a minimal pair**: the mean cosine between a flip item's correct and flawed
    caption (text tower) and between its scene and the scene's counterfactual twin (image tower,
    :func:`capscore.scenes.captions.counterfactual`), against random pairs of the same items; and the mean
@@ -52,6 +54,13 @@ from capscore.scenes.vocab import MAX_OBJECTS
 PROBE_SEED = 4242  # part 4's scenes: fresh training scenes, not scenes eval's
 
 
+def second_order_cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Cosine of the flattened second-order pools of two token sets, (A, D) and (B, D): of
+    ``mean_i a_i a_iᵀ`` and ``mean_j b_j b_jᵀ``, without building the D × D matrices (their Frobenius
+    product is ``mean_{i,j} (a_i·b_j)²``, and each norm the same sum within one set)."""
+    return (a @ b.T).pow(2).mean() / ((a @ a.T).pow(2).mean() * (b @ b.T).pow(2).mean()).sqrt()
+
+
 def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
     """{kind: {"global": {n_objects: acc}, "local": {...}, "mean": {...}, "n": {...}}} plus "all" per kind,
     and for colour, shape, count and hallucination "by_binding": {score: {"free": acc, "bound": acc}}.
@@ -60,7 +69,13 @@ def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
     end tokens dropped, as the local score drops them) and the mean of the image's patch tokens, both
     normalised per token first. It is what a global embedding pooled by averaging the joint-space tokens
     would score: if the tokens carried (shape, colour) conjunctions as linear features, it would bind as
-    the local score does; if the local score binds only through its max over patches, it would not."""
+    the local score does; if the local score binds only through its max over patches, it would not.
+
+    "second" is a fourth: the cosine between the flattened means of the tokens' outer products,
+    ``mean_w t_w t_wᵀ`` and ``mean_p p_p p_pᵀ`` (D² numbers each, the same normalised tokens; computed as
+    ``mean_{w,p} (t_w·p_p)²`` over the two Frobenius norms). Products of a token's own features are
+    conjunctions of what one patch (or one contextual word) holds, so this single vector per side keeps
+    some of the locality the local score binds with, with no training."""
     from capscore.scenes.evaluate import BINDING_KINDS, needs_binding
     from capscore.scores.abe import abe_components, make_config
 
@@ -70,15 +85,18 @@ def global_vs_local(encoder, scenes, items, *, k: int = 1) -> dict:
     good = abe_components(encoder, images, [it["correct"] for it in items], config=cfg)
     bad = abe_components(encoder, images, [it["flawed"] for it in items], config=cfg)
     _, patches = encoder.image_patches(images)
-    pooled = torch.nn.functional.normalize(patches.float(), dim=-1).mean(1)  # (N, D)
+    patches = torch.nn.functional.normalize(patches.float(), dim=-1)  # (N, P, D)
+    pooled = patches.mean(1)  # (N, D)
 
-    def mean_score(texts):
-        toks = encoder.text_tokens(texts)
-        words = torch.stack([t.vectors[1:-1].mean(0) for t in toks])
-        return torch.nn.functional.cosine_similarity(words, pooled, dim=-1)
+    def scores(texts):
+        toks = [t.vectors[1:-1].float() for t in encoder.text_tokens(texts)]
+        mean = torch.nn.functional.cosine_similarity(torch.stack([t.mean(0) for t in toks]), pooled, dim=-1)
+        second = torch.stack([second_order_cosine(t, patches[i]) for i, t in enumerate(toks)])
+        return mean, second
 
+    (good_mean, good_second), (bad_mean, bad_second) = scores([it["correct"] for it in items]), scores([it["flawed"] for it in items])
     wins = {"global": (good.global_ > bad.global_).numpy(), "local": (good.local > bad.local).numpy(),
-            "mean": (mean_score([it["correct"] for it in items]) > mean_score([it["flawed"] for it in items])).numpy()}
+            "mean": (good_mean > bad_mean).numpy(), "second": (good_second > bad_second).numpy()}
     objects = np.array([len(by_id[it["scene"]].objects) for it in items])
     bound = np.array([bool(needs_binding(by_id[it["scene"]], it["flaw"])) for it in items])
     out: dict = {}
@@ -262,8 +280,9 @@ def main(argv=None) -> dict:
         for kind, row in res["global_vs_local"].items():
             cells = "  ".join(f"{c}: {row['global'][c]:.2f}/{row['local'][c]:.2f}" for c in row["global"])
             print(f"  {kind:15s} all {row['all']['global']:.3f}/{row['all']['local']:.3f}/{row['all']['mean']:.3f}"
+                  f"/{row['all']['second']:.3f}"
                   f"  by objects (global/local) {cells}")
-        print("   free / bound items (global; local; mean-pooled)")
+        print("   free / bound items (global; local; mean-pooled; second-order pooled)")
         for kind, row in res["global_vs_local"].items():
             if "by_binding" in row:
                 cells = "; ".join(f"{b['free']:.3f} / {b['bound']:.3f}" if b["bound"] is not None else f"{b['free']:.3f} / -"

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -44,20 +45,26 @@ def test_scenes_binding_agrees_with_scenes_eval_and_abe(tmp_path):
 
         def local(texts):
             ids = bb.tokenize(texts)
-            out, pooled = [], []
+            out, pooled, second = [], [], []
             for i, r in enumerate(ids):
                 _, tok = bb.forward_texts(torch.tensor([r]), torch.tensor([len(r)]), tokens=True)
                 t = F.normalize(tok[0, 1:len(r) - 1], dim=-1)  # word tokens only
                 p = F.normalize(patches[i], dim=-1)
                 out.append((t @ p.T).max(1).values.mean())
                 pooled.append(F.cosine_similarity(t.mean(0), p.mean(0), dim=0))
-            return torch.stack(out), torch.stack(pooled)
+                # the outer-product matrices themselves, flattened (D * D numbers each)
+                gt = torch.einsum("wi,wj->ij", t, t) / len(t)
+                gp = torch.einsum("ni,nj->ij", p, p) / len(p)
+                second.append(F.cosine_similarity(gt.flatten(), gp.flatten(), dim=0))
+            return torch.stack(out), torch.stack(pooled), torch.stack(second)
 
-        (good_l, good_m), (bad_l, bad_m) = local([it["correct"] for it in items]), local([it["flawed"] for it in items])
-        wins, wins_mean = (good_l > bad_l).numpy(), (good_m > bad_m).numpy()
+        (good_l, good_m, good_s), (bad_l, bad_m, bad_s) = (local([it["correct"] for it in items]),
+                                                           local([it["flawed"] for it in items]))
+        wins, wins_mean, wins_second = (good_l > bad_l).numpy(), (good_m > bad_m).numpy(), (good_s > bad_s).numpy()
     row = res["global_vs_local"]["shape"]
     assert abs(row["all"]["local"] - wins.mean()) * len(items) <= 1
     assert abs(row["all"]["mean"] - wins_mean.mean()) * len(items) <= 1
+    assert abs(row["all"]["second"] - wins_second.mean()) * len(items) <= 1
     # the free / bound split of the global column is scenes eval's --by-binding
     for kind in ("color", "shape", "count", "hallucination"):
         for part in ("free", "bound"):
@@ -70,6 +77,22 @@ def test_scenes_binding_agrees_with_scenes_eval_and_abe(tmp_path):
     assert 0 <= res["retrieval"]["misses_bag_consistent"] <= 1
     pr = res["probe"]
     assert pr["n_pairs"] >= 8 and 0 <= pr["cosine"] <= 1 and set(pr["image"]) == {"linear", "mlp"}
+
+
+def test_second_order_cosine_is_the_cosine_of_the_outer_product_pools():
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(5, 16, generator=g), torch.randn(9, 16, generator=g)
+    ga, gb = torch.einsum("wi,wj->ij", a, a) / 5, torch.einsum("ni,nj->ij", b, b) / 9
+    assert torch.allclose(sb.second_order_cosine(a, b), F.cosine_similarity(ga.flatten(), gb.flatten(), dim=0))
+    # it binds through locality where a mean does not: "red star" + "blue circle" against
+    # "red circle" + "blue star", as one-hot features red, blue, star, circle summed within each token
+    red, blue, star, circle = torch.eye(4)
+    image = torch.stack([red + star, blue + circle])
+    right, swapped = torch.stack([red + star, blue + circle]), torch.stack([red + circle, blue + star])
+    assert torch.equal(right.mean(0), swapped.mean(0))  # the same bag
+    assert sb.second_order_cosine(right, image) == pytest.approx(1.0)
+    # by hand: every cross product is 1 and every token has norm² 2, so (1) / sqrt(2 * 2)
+    assert sb.second_order_cosine(swapped, image) == pytest.approx(0.5)
 
 
 def test_binding_probe_reads_conjunctions_and_not_bags():
