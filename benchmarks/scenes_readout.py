@@ -1,22 +1,32 @@
-"""Does a non-linear projection head let the global cosine bind? (issue 11, an experiment)
+"""Does another read-out of the towers let the global cosine bind? (issue 11, experiments)
 
 docs/scenes.md § Perception or binding, "Is the binding there to read?": in the bundled scenes-tiny both
 towers' global embeddings hold which colour sits on which shape, but only a non-linear read-out finds it
 (swap probe, MLP 0.88 / 0.93, linear about 0.6), and the cosine, linear in each embedding, stays at chance.
-CLIP's global embedding is the class (or end-of-text) token times one linear projection. This script puts
-a residual MLP on each tower's global embedding, ``g(z) = z + W2·GELU(W1·z)`` (width ``--hidden``, ``W2``
-zero-initialised, so step 0 is exactly the start model), and continues training with the scenes-tiny
-recipe through the one training loop; ``--no-head`` runs the same continuation without heads, the control.
-Only the global embeddings pass through the heads; the FILIP term reads the tokens as before.
+CLIP's global embedding is the class (end-of-text) token times one linear projection. This script swaps
+that read-out and continues training with the scenes-tiny recipe through the one training loop:
 
-Defaults: from the bundled model, stage 2's mix (FILIP 0.5, ``negative_weights=1,3,3,1,1,1``, twins 0.5),
-lr 7.5e-4, 20 warm-up steps, batch 128, seed 2. At the end it evaluates in process (``capscore scenes
-eval`` on ``--eval-n`` scenes, with the heads) and writes OUT/eval.json; OUT/heads.pt holds the heads
-(``torch.load(weights_only=True)``), OUT/scenes-tiny.safetensors the towers. The result is in
-docs/scenes.md ("A non-linear projection head").
+* ``--readout class``: CLIP's own (the control: the same continuation with nothing changed);
+* ``--readout mlp``: a residual MLP on each tower's global embedding, ``g(z) = z + W2·GELU(W1·z)`` (width
+  ``--hidden``, ``W2`` zero-initialised, so step 0 is the start model); ``--freeze-towers`` trains the
+  heads alone (towers and temperature frozen, no FILIP term);
+* ``--readout second-order``: the global embedding is the flattened second-order pool of the normalised
+  joint-space tokens, ``mean_p p̂_p p̂_pᵀ`` over the patch tokens and ``mean_w t̂_w t̂_wᵀ`` over the word
+  tokens (start and end of text dropped, as ABE-CLIP drops them): D² = 16 384 numbers, no new parameters
+  (bilinear pooling, Lin et al. 2015). Part 1 of ``benchmarks/scenes_binding.py`` scores it zero-shot.
 
-    python benchmarks/scenes_mlp_head.py --out runs/mlp/head --steps 300
-    python benchmarks/scenes_mlp_head.py --out runs/mlp/control --steps 300 --no-head
+The FILIP term reads the tokens as before. Defaults: from the bundled model, stage 2's mix (FILIP 0.5,
+``negative_weights=1,3,3,1,1,1``, twins 0.5), lr 7.5e-4, 20 warm-up steps, batch 128, seed 2. At the end
+it evaluates in process with the read-out (``capscore scenes eval`` on ``--eval-n`` scenes) and writes
+OUT/eval.json (``--steps 0``: the start model under the read-out); OUT/heads.pt holds the MLP heads
+(``torch.load(weights_only=True)``), OUT/scenes-tiny.safetensors the towers. The results are in
+docs/scenes.md ("A non-linear projection head", "Second-order pooling").
+
+    python benchmarks/scenes_readout.py --out runs/mlp/control --steps 300
+    python benchmarks/scenes_readout.py --out runs/mlp/head --steps 300 --readout mlp
+    python benchmarks/scenes_readout.py --out runs/mlp/frozen --steps 600 --readout mlp --freeze-towers --lr 3e-3
+    python benchmarks/scenes_readout.py --out runs/second/zero --steps 0 --readout second-order
+    python benchmarks/scenes_readout.py --out runs/second/train --steps 300 --readout second-order
 """
 from __future__ import annotations
 
@@ -31,7 +41,7 @@ def main() -> None:
     ap.add_argument("--model", default="scenes-tiny", help="start (default: the bundled model)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--no-head", action="store_true", help="the control: the same continuation without heads")
+    ap.add_argument("--readout", choices=("class", "mlp", "second-order"), default="class")
     ap.add_argument("--freeze-towers", action="store_true",
                     help="train the heads only (the towers and temperature frozen; no FILIP term): can the "
                          "contrastive loss find the non-linear read-out the probes find?")
@@ -47,6 +57,7 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
+    import torch.nn.functional as F
 
     from capscore.backbones import load_backbone
     from capscore.scenes.evaluate import evaluate_scenes, format_report
@@ -68,10 +79,10 @@ def main() -> None:
 
     forward_images, forward_texts = bb.forward_images, bb.forward_texts
     if a.freeze_towers:
-        if a.no_head:
-            ap.error("--freeze-towers needs the heads")
+        if a.readout != "mlp":
+            ap.error("--freeze-towers trains the MLP heads alone: give --readout mlp")
         bb.model.requires_grad_(False)
-    if not a.no_head:
+    if a.readout == "mlp":
         torch.manual_seed(1234)
         bb.model.image_head, bb.model.text_head = head(), head()  # on the model: the loop trains them
 
@@ -84,6 +95,23 @@ def main() -> None:
             return z + bb.model.text_head(z), toks
 
         bb.forward_images, bb.forward_texts = images, texts
+    elif a.readout == "second-order":
+        def pool(tokens, mask):  # (B, T, D), (B, T) -> (B, D * D): the mean outer product of the masked tokens
+            t = F.normalize(tokens, dim=-1) * mask[..., None]
+            g = torch.einsum("bti,btj->bij", t, t) / mask.sum(1).clamp(min=1)[:, None, None]
+            return g.flatten(1)
+
+        def images(px, patches=False):
+            _, tokens = forward_images(px, patches=True)
+            return pool(tokens, torch.ones(tokens.shape[:2], device=tokens.device)), tokens if patches else None
+
+        def texts(ids, lengths, tokens=False):
+            _, toks = forward_texts(ids, lengths, tokens=True)
+            pos = torch.arange(toks.shape[1], device=toks.device)[None]
+            words = ((pos >= 1) & (pos < lengths.to(toks.device)[:, None] - 1)).to(toks.dtype)  # not start/end
+            return pool(toks, words), toks if tokens else None
+
+        bb.forward_images, bb.forward_texts = images, texts
 
     def step_fn(bb_, batch, *, step, state, rng, pixels):
         return st.step(bb_, batch, p=p, step=step)
@@ -91,14 +119,18 @@ def main() -> None:
     cfg = loop.TrainConfig(steps=a.steps, batch_size=128, lr=a.lr, warmup=a.warmup, min_lr_ratio=0.1, grad_clip=1.0,
                            seed=a.seed, log_every=10, no_decay=("embedding",), weight_decay=0.1)
     t = time.time()
-    loop.train(bb, step_fn, st.data(bb, p, seed=a.seed), cfg, a.out)
-    print(f"trained {a.steps} steps in {time.time() - t:.0f} s; log: {a.out}/log.jsonl")
+    if a.steps:
+        loop.train(bb, step_fn, st.data(bb, p, seed=a.seed), cfg, a.out)
+        print(f"trained {a.steps} steps in {time.time() - t:.0f} s; log: {a.out}/log.jsonl")
+    Path(a.out).mkdir(parents=True, exist_ok=True)
     bb.model.eval()
+    if a.readout == "second-order":
+        bb.embed_dim = dim * dim  # the engine sizes global vectors by it (evaluation reads no patch tokens)
     with torch.no_grad():
         res = evaluate_scenes(bb, n=a.eval_n)
     Path(a.out, "eval.json").write_text(json.dumps(res, indent=1))
     print(format_report(res, by_binding=True))
-    if not a.no_head:
+    if a.readout == "mlp":
         torch.save({"image_head": bb.model.image_head.state_dict(), "text_head": bb.model.text_head.state_dict()},
                    Path(a.out, "heads.pt"))
         del bb.model.image_head, bb.model.text_head
