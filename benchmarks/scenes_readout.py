@@ -20,13 +20,15 @@ The FILIP term reads the tokens as before. Defaults: from the bundled model, sta
 it evaluates in process with the read-out (``capscore scenes eval`` on ``--eval-n`` scenes) and writes
 OUT/eval.json (``--steps 0``: the start model under the read-out); OUT/heads.pt holds the MLP heads
 (``torch.load(weights_only=True)``), OUT/scenes-tiny.safetensors the towers. The results are in
-docs/scenes.md ("A non-linear projection head", "Second-order pooling").
+docs/scenes.md ("A non-linear projection head", "Second-order pooling binds"); each run above
+took 10–15 min on the 2-core development CPU.
 
     python benchmarks/scenes_readout.py --out runs/mlp/control --steps 300
     python benchmarks/scenes_readout.py --out runs/mlp/head --steps 300 --readout mlp
     python benchmarks/scenes_readout.py --out runs/mlp/frozen --steps 600 --readout mlp --freeze-towers --lr 3e-3
-    python benchmarks/scenes_readout.py --out runs/second/zero --steps 0 --readout second-order
+    python benchmarks/scenes_readout.py --out runs/second/zero300 --steps 0 --readout second-order --eval-n 300
     python benchmarks/scenes_readout.py --out runs/second/train --steps 300 --readout second-order
+    python benchmarks/scenes_readout.py --out runs/second/train-s3 --steps 300 --readout second-order --seed 3
 """
 from __future__ import annotations
 
