@@ -14,6 +14,8 @@ that read-out and continues training with the scenes-tiny recipe through the one
   joint-space tokens, ``mean_p p̂_p p̂_pᵀ`` over the patch tokens and ``mean_w t̂_w t̂_wᵀ`` over the word
   tokens (start and end of text dropped, as ABE-CLIP drops them): D² = 16 384 numbers, no new parameters
   (bilinear pooling, Lin et al. 2015). Part 1 of ``benchmarks/scenes_binding.py`` scores it zero-shot.
+  It is the read-out of the ``scenes-tiny-v4`` architecture (:mod:`capscore.backbones.readout`), which
+  ``capscore train scenes-tiny --model 'ckpt:FILE#arch=scenes-tiny-v4'`` trains without this script.
 
 The FILIP term reads the tokens as before. Defaults: from the bundled model, stage 2's mix (FILIP 0.5,
 ``negative_weights=1,3,3,1,1,1``, twins 0.5), lr 7.5e-4, 20 warm-up steps, batch 128, seed 2. At the end
@@ -59,7 +61,6 @@ def main() -> None:
     a = ap.parse_args()
 
     import torch
-    import torch.nn.functional as F
 
     from capscore.backbones import load_backbone
     from capscore.scenes.evaluate import evaluate_scenes, format_report
@@ -97,21 +98,17 @@ def main() -> None:
             return z + bb.model.text_head(z), toks
 
         bb.forward_images, bb.forward_texts = images, texts
-    elif a.readout == "second-order":
-        def pool(tokens, mask):  # (B, T, D), (B, T) -> (B, D * D): the mean outer product of the masked tokens
-            t = F.normalize(tokens, dim=-1) * mask[..., None]
-            g = torch.einsum("bti,btj->bij", t, t) / mask.sum(1).clamp(min=1)[:, None, None]
-            return g.flatten(1)
+    elif a.readout == "second-order":  # the library's read-out (capscore.backbones.readout, scenes-tiny-v4)
+        from capscore.backbones.readout import second_order_pool, word_mask
 
         def images(px, patches=False):
             _, tokens = forward_images(px, patches=True)
-            return pool(tokens, torch.ones(tokens.shape[:2], device=tokens.device)), tokens if patches else None
+            return second_order_pool(tokens, torch.ones(tokens.shape[:2], device=tokens.device)), \
+                tokens if patches else None
 
         def texts(ids, lengths, tokens=False):
             _, toks = forward_texts(ids, lengths, tokens=True)
-            pos = torch.arange(toks.shape[1], device=toks.device)[None]
-            words = ((pos >= 1) & (pos < lengths.to(toks.device)[:, None] - 1)).to(toks.dtype)  # not start/end
-            return pool(toks, words), toks if tokens else None
+            return second_order_pool(toks, word_mask(lengths.to(toks.device), toks.shape[1])), toks if tokens else None
 
         bb.forward_images, bb.forward_texts = images, texts
 

@@ -95,7 +95,10 @@ class Backbone(ABC):
       family          adapter name ("open_clip", "openai-ckpt", "hf", "mclip", ...)
       spec            the ``--model`` string it was loaded from
       context_length  the text tower's maximum number of tokens (77, 248, ...)
-      embed_dim       width of the joint space
+      embed_dim       width of the global vectors (the joint space of CLIP-S and every global score)
+      token_dim       width of patch and word tokens (``forward_images(patches=True)``,
+                      ``forward_texts(tokens=True)``): ``embed_dim`` except under a second-order
+                      global read-out (:mod:`capscore.backbones.readout`), where it is √embed_dim
       eot_id, pad_id  token ids used when the engine pads and truncates
       pad_to_longest_exact
                       True when padding a batch to its longest caption gives
@@ -126,6 +129,12 @@ class Backbone(ABC):
     RGB_ORDERS = ("first", "after-crop")
     supports_rgb_after_crop: bool = False
     _identity: str | None = None
+
+    _token_dim: int | None = None
+
+    @property
+    def token_dim(self) -> int:
+        return self._token_dim or self.embed_dim
 
     # --- identity -----------------------------------------------------------------
     @property

@@ -24,7 +24,8 @@ import torch
 
 from capscore.errors import CapscoreError
 
-CONV_STEMS: dict[str, tuple[int, ...]] = {"scenes-tiny-v3": (32, 64, 128)}
+CONV_STEMS: dict[str, tuple[int, ...]] = {"scenes-tiny-v3": (32, 64, 128),
+                                          "scenes-tiny-v4": (32, 64, 128)}  # v3's towers, another read-out
 
 
 class ConvStem(torch.nn.Sequential):

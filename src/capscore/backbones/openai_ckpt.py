@@ -471,6 +471,7 @@ def load_openai_checkpoint(
     import open_clip
 
     from capscore.backbones.openclip import OpenClipBackbone
+    from capscore.backbones.readout import readout_of
 
     path, opts = parse_spec_options(rest)
     arch = opts.get("arch", arch)
@@ -490,7 +491,11 @@ def load_openai_checkpoint(
     image_size = model.visual.image_size
     image_size = image_size[0] if isinstance(image_size, (tuple, list)) else int(image_size)
     tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=ctx)
-    bb = OpenClipBackbone(model, openai_preprocess(image_size), tokenizer, spec=spec, family=FAMILY)
+    # the global read-out: the architecture's when #arch= names one, else what capscore recorded on saving
+    # (a file trained with scenes-tiny-v4's read-out, capscore.backbones.readout), else CLIP's class token
+    readout = readout_of(arch) if arch else (_saved_metadata(Path(path).expanduser(), "capscore.readout") or "class")
+    bb = OpenClipBackbone(model, openai_preprocess(image_size), tokenizer, spec=spec, family=FAMILY,
+                          readout=readout)
     return bb.to(device, resolve_dtype(dtype))
 
 
@@ -502,17 +507,22 @@ def _uses_quick_gelu(model: torch.nn.Module) -> bool | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
-def _saved_quick_gelu(path: Path) -> bool | None:
-    """The activation capscore recorded in a safetensors file's metadata, if any."""
+def _saved_metadata(path: Path, key: str) -> str | None:
+    """A value capscore recorded in a safetensors file's metadata (None: not there, or not safetensors)."""
     if path.suffix != ".safetensors":
         return None
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            value = (f.metadata() or {}).get("capscore.quick_gelu")
+            return (f.metadata() or {}).get(key)
     except Exception:  # unreadable files are reported by read_state_dict
         return None
+
+
+def _saved_quick_gelu(path: Path) -> bool | None:
+    """The activation capscore recorded in a safetensors file's metadata, if any."""
+    value = _saved_metadata(path, "capscore.quick_gelu")
     return None if value is None else value == "1"
 
 
@@ -524,7 +534,9 @@ def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain")
     or ``"longclip"`` (also splits the positional table into
     ``positional_embedding`` / ``positional_embedding_res``). ``.safetensors``
     paths are written with safetensors (``pacs`` layout is not possible there).
-    Reloads with ``ckpt:PATH`` to the same vectors.
+    Reloads with ``ckpt:PATH`` to the same vectors: a global read-out other than CLIP's
+    (``scenes-tiny-v4``'s, :mod:`capscore.backbones.readout`) is recorded in the safetensors metadata
+    (``capscore.readout``), and refused for a .pt/.pth file, which has nowhere to record it.
     """
     from capscore.backbones.longclip import split_long_positional
 
@@ -533,6 +545,7 @@ def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain")
 
         raise param_error("layout", "save_openai_checkpoint", "one of 'plain', 'pacs', 'longclip'", layout)
     model = backbone.model
+    readout = getattr(backbone, "readout", "class")
     if not hasattr(model, "positional_embedding") or not hasattr(model, "visual"):
         raise CapscoreError(f"{backbone.spec}: only open_clip CLIP models (standard text tower) can be saved in OpenAI format")
     sd = {k: v.detach().float().cpu().contiguous() if v.is_floating_point() else v.detach().cpu().contiguous()
@@ -546,9 +559,16 @@ def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain")
             raise CapscoreError(f"{p}: the 'pacs' layout wraps the dict and needs a .pt/.pth file")
         from safetensors.torch import save_file
 
-        # Record the activation: the state dict cannot tell GELU from QuickGELU (see build_clip).
+        # Record the activation: the state dict cannot tell GELU from QuickGELU (see build_clip); and a
+        # global read-out other than CLIP's, which the state dict cannot tell either (backbones/readout.py).
         act = _uses_quick_gelu(model)
-        save_file(sd, str(p), metadata=None if act is None else {"capscore.quick_gelu": str(int(act))})
+        meta = {} if act is None else {"capscore.quick_gelu": str(int(act))}
+        if readout != "class":
+            meta["capscore.readout"] = readout
+        save_file(sd, str(p), metadata=meta or None)
     else:
+        if readout != "class":
+            raise CapscoreError(f"{p}: {backbone.spec} has a {readout} global read-out, which only a .safetensors "
+                                "file records; save to .safetensors (or reload with ckpt:PATH#arch=NAME)")
         torch.save({"state_dict": sd} if layout == "pacs" else sd, p)
     return p

@@ -24,6 +24,7 @@ from capscore._log import warn
 from capscore.errors import CapscoreError
 from capscore.backbones.base import Backbone, resolve_dtype
 from capscore.backbones.convstem import CONV_STEMS, add_conv_stem
+from capscore.backbones.readout import READOUTS, readout_of, second_order_pool, word_mask
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 open_clip.add_model_config(CONFIG_DIR)  # capscore's own architectures (capscore-test-tiny, scenes-tiny)
@@ -32,7 +33,8 @@ open_clip.add_model_config(CONFIG_DIR)  # capscore's own architectures (capscore
 class OpenClipBackbone(Backbone):
     family = "open_clip"
 
-    def __init__(self, model: torch.nn.Module, preprocess, tokenizer, *, spec: str, family: str | None = None):
+    def __init__(self, model: torch.nn.Module, preprocess, tokenizer, *, spec: str, family: str | None = None,
+                 readout: str = "class"):
         self.model = model.eval()
         self._preprocess = preprocess
         self.tokenizer = tokenizer
@@ -65,6 +67,16 @@ class OpenClipBackbone(Backbone):
         ) == "tok" and getattr(visual, "attn_pool", None) is None
         with torch.no_grad():
             self.embed_dim = int(self._project_text(torch.zeros(1, self._text_width())).shape[-1])
+        # the global read-out (capscore.backbones.readout): CLIP's class token, or second-order pooled tokens
+        if readout not in READOUTS:
+            raise CapscoreError(f"{spec}: unknown global read-out {readout!r}; expected one of {', '.join(READOUTS)}")
+        self.readout = readout
+        if readout != "class":
+            if not (self.has_patch_tokens and self._fast_text):
+                raise CapscoreError(f"{spec}: a {readout} read-out pools patch and word tokens; this model does "
+                                    "not expose both in the joint space")
+            self._token_dim = self.embed_dim
+            self.embed_dim = self.embed_dim ** 2
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         # open_clip's eval transform is Resize, CenterCrop, convert-to-RGB, ...: given the file's own mode it
@@ -104,6 +116,11 @@ class OpenClipBackbone(Backbone):
     def preprocess_id(self) -> str:
         return repr(self._preprocess)
 
+    @property
+    def identity(self) -> str:
+        base = super().identity
+        return base if self.readout == "class" else f"{base}|readout={self.readout}"
+
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         return self._preprocess(image)
 
@@ -129,7 +146,7 @@ class OpenClipBackbone(Backbone):
     def forward_images(self, pixels, *, patches=False):
         visual = self.model.visual
         pixels = pixels.to(self.device, self.dtype)
-        if not patches:
+        if not patches and self.readout == "class":
             return self.model.encode_image(pixels), None
         if not self.has_patch_tokens:
             raise NotImplementedError
@@ -139,7 +156,10 @@ class OpenClipBackbone(Backbone):
             pooled, tokens = visual(pixels)  # tokens: after ln_post, before proj; (B, N, width)
         finally:
             visual.output_tokens = old
-        return pooled, tokens @ visual.proj  # (B, N, D)
+        tokens = tokens @ visual.proj  # (B, N, D)
+        if self.readout == "second-order":  # every patch token (the class token is not among them)
+            pooled = second_order_pool(tokens, torch.ones(tokens.shape[:2], device=tokens.device))
+        return pooled, (tokens if patches else None)
 
     def forward_texts(self, ids, lengths, *, tokens=False):
         ids = ids.to(self.device)
@@ -156,7 +176,11 @@ class OpenClipBackbone(Backbone):
         x = x + t.positional_embedding[:L].to(cast)
         x = t.transformer(x, attn_mask=t.attn_mask[:L, :L])
         x = t.ln_final(x)
-        eot = (lengths.to(ids.device) - 1).clamp(min=0)
+        lengths = lengths.to(ids.device)
+        if self.readout == "second-order":  # the word tokens: start and end of text dropped
+            toks = self._project_text(x)
+            return second_order_pool(toks, word_mask(lengths, L)), (toks if tokens else None)
+        eot = (lengths - 1).clamp(min=0)
         pooled = self._project_text(x[torch.arange(x.shape[0], device=x.device), eot])
         return pooled, (self._project_text(x) if tokens else None)
 
@@ -224,7 +248,8 @@ def load_open_clip(
         raise CapscoreError(f"{tag or arch}: the weights do not fit the {arch} architecture "
                             f"({' '.join(str(e).split())[:160]})") from None
     tokenizer = open_clip.get_tokenizer(arch)
-    bb = OpenClipBackbone(model, preprocess, tokenizer, spec=spec if has_weights else f"{spec}#seed={seed}")
+    bb = OpenClipBackbone(model, preprocess, tokenizer, spec=spec if has_weights else f"{spec}#seed={seed}",
+                          readout=readout_of(arch))
     if context_length is not None:
         bb.set_context_length(context_length)
     return bb.to(device, resolve_dtype(dtype))

@@ -61,6 +61,7 @@ ADAPTERS: dict[str, Adapter] = {
 BUNDLED: dict[str, str] = {
     "scenes-tiny": "capscore.scenes.tiny:load_scenes_tiny",
     "scenes-tiny-v1": "capscore.scenes.tiny:load_scenes_tiny",  # the first bundled model (scenes/tiny.py)
+    "scenes-tiny-v4": "capscore.scenes.tiny:load_scenes_tiny",  # v3's towers, a second-order global read-out
 }
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
@@ -156,7 +157,7 @@ def load_backbone(
 # The --model grammar as the user sees it: README's table and `capscore models` are both rendered from these
 # rows (tests/test_cli_grammar.py checks the README copy), so the grammar is written once.
 GRAMMAR: tuple[tuple[str, str, str], ...] = (
-    ("`NAME`", "a model shipped with capscore", "`scenes-tiny` (v3, 96 px), `scenes-tiny-v1` (64 px)"),
+    ("`NAME`", "a model shipped with capscore", "`scenes-tiny` (v3, 96 px), `scenes-tiny-v4` (v3 + second-order global), `scenes-tiny-v1` (64 px)"),
     ("`ARCH/TAG`", "open_clip architecture + pretrained tag (or a local open_clip weights file)",
      "`ViT-B-32/openai`, `ViT-L-14/laion2b_s32b_b82k`"),
     ("`ARCH`", "open_clip architecture with **random** weights (`--seed`), warned", "`ViT-B-32`"),

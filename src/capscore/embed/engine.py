@@ -431,7 +431,7 @@ class Encoder:
                     found[keys[i]] = (g[j].clone(), p[j].clone())
                 self._features.put_many((keys[i], found[keys[i]]) for i in part)
         gs = torch.stack([found[k][0] for k in keys]) if keys else torch.empty(0, bb.embed_dim)
-        ps = torch.stack([found[k][1] for k in keys]) if keys else torch.empty(0, 0, bb.embed_dim)
+        ps = torch.stack([found[k][1] for k in keys]) if keys else torch.empty(0, 0, bb.token_dim)
         return gs, ps
 
     # ---------------------------------------------------------------- utils

@@ -8,6 +8,12 @@ architecture ``scenes-tiny``), and the JSON beside it is its training report and
 * ``scenes-tiny``: v3 (``backbones/configs/scenes-tiny-v3.json``: 96 px, convolutional stem, 8 px
   patches), trained with the single-object curriculum and image twins, then continued on crowded scenes
   (two stages, MODEL_CARD.md);
+* ``scenes-tiny-v4``: v3's architecture with a second-order global read-out (the flattened mean outer
+  product of the joint-space tokens, :mod:`capscore.backbones.readout`): stage 1 of v3, then a stage 2
+  with that read-out. Its global cosine binds attributes to objects, which CLIP's class token does not;
+  it is the model that meets issue 11's flip and retrieval targets (MODEL_CARD.md). ``scenes-tiny`` stays
+  the default: a CLIP-like test bed whose global embedding does not bind, the premise of ABE-CLIP and
+  of the LGIP probes, and the model every replication in docs/replications.md measured;
 * ``scenes-tiny-v1``: the first bundled model (64 px ViT, ``backbones/configs/scenes-tiny.json``). Kept
   because measured numbers in the docs were made with it (docs/replications.md: PR-MCS and SPECS start
   from it; the README's v1 columns and video throughput); new work should use ``scenes-tiny``.
@@ -23,6 +29,7 @@ from capscore.errors import CapscoreError
 ARCH = "scenes-tiny"  # the architecture of a weights file that does not name one (v1)
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 BUNDLED_FILES = {"scenes-tiny": WEIGHTS_DIR / "scenes-tiny.safetensors",
+                 "scenes-tiny-v4": WEIGHTS_DIR / "scenes-tiny-v4.safetensors",
                  "scenes-tiny-v1": WEIGHTS_DIR / "scenes-tiny-v1.safetensors"}
 
 
@@ -45,6 +52,7 @@ def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str | None =
     from safetensors.torch import load_file
 
     from capscore.backbones.openclip import OpenClipBackbone, _seeded_create  # also registers capscore's configs
+    from capscore.backbones.readout import readout_of
 
     path = Path(path)
     if not path.is_file():
@@ -58,7 +66,8 @@ def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str | None =
     if missing or unexpected:
         raise CapscoreError(f"{path}: not a {arch} state dict (missing {missing[:3]}, unexpected "
                             f"{unexpected[:3]})")
-    return OpenClipBackbone(model.float(), preprocess, open_clip.get_tokenizer(arch), spec=spec)
+    return OpenClipBackbone(model.float(), preprocess, open_clip.get_tokenizer(arch), spec=spec,
+                            readout=readout_of(arch))
 
 
 def load_scenes_tiny(*, spec: str = "scenes-tiny", device: str = "cpu", dtype: str = "fp32", seed: int = 0,

@@ -237,9 +237,20 @@ def score_videos(
     """EMScore(X, V) for aligned videos and captions; frames and tokens go through the encoder (cached)."""
     if len(videos) != len(captions):
         raise InputError("videos", "videos and captions differ in number", expected=str(len(videos)), got=len(captions))
+    _check_frames_meet_tokens(encoder)
     feats: list[TokenFeatures] = encoder.text_tokens([prefix + c for c in captions])
     frames = encoder.encode_videos(videos, sampling=sampling)
     return [em_score(fr, ft.vectors, ft.global_, idf=_idf_vector(idf, ft.ids)) for fr, ft in zip(frames, feats)]
+
+
+def _check_frames_meet_tokens(encoder: Encoder) -> None:
+    """EMScore's fine-grained term compares frame embeddings (global vectors) with word tokens: both must
+    live in one space, which a second-order read-out (capscore.backbones.readout) breaks."""
+    bb = encoder.backbone
+    if bb.token_dim != bb.embed_dim:
+        raise CapscoreError(f"{bb.spec}: EMScore matches word tokens ({bb.token_dim}-d) with frame embeddings "
+                            f"({bb.embed_dim}-d, a {getattr(bb, 'readout', '?')} read-out); they are not one "
+                            "space. Use --metric clip-s (the global cosine alone) or a class-token model")
 
 
 def load_frames(video, sampling="all") -> list:
@@ -287,6 +298,8 @@ def score_video_records(
     fine_f, ref_coarse, ref_fine_f, error. Frames of a clip are decoded and encoded once per chunk
     (and cached across chunks); a bad item raises, or with ``skip_bad`` becomes an error row."""
     metric = get_video_metric(metric)
+    if metric.final != "clip-s":
+        _check_frames_meet_tokens(encoder)
     it = iter(records)
     while chunk := list(itertools.islice(it, chunk_size)):
         errors: dict[int, str] = {}
