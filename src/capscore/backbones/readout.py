@@ -34,8 +34,11 @@ shape flips from 0.878 to 0.958 (seen scenes, against the same continuation with
 open_clip's JSON configs cannot express a read-out, so architectures that have this one are listed in
 :data:`GLOBAL_READOUTS` (open_clip name -> read-out); every place capscore builds an open_clip model
 (``openclip:NAME`` random init, ``ckpt:PATH#arch=NAME``, the bundled model, whose file names its
-architecture) looks the name up. A ``ckpt:`` file without ``#arch=`` cannot say which read-out it was
-trained with (the weights are those of the class-token architecture) and loads with CLIP's.
+architecture) looks the name up. The weights alone cannot say which read-out they were trained with
+(they are the class-token architecture's), so a ``ckpt:`` file without ``#arch=`` takes the read-out
+capscore recorded when it saved the file (safetensors metadata ``capscore.readout``, written by
+:func:`capscore.backbones.openai_ckpt.save_openai_checkpoint`, hence by every ``capscore train`` export)
+and otherwise CLIP's.
 """
 from __future__ import annotations
 

@@ -248,7 +248,8 @@ def _check_frames_meet_tokens(encoder: Encoder) -> None:
     live in one space, which a second-order read-out (capscore.backbones.readout) breaks."""
     bb = encoder.backbone
     if bb.token_dim != bb.embed_dim:
-        raise CapscoreError(f"{bb.spec}: EMScore matches word tokens ({bb.token_dim}-d) with frame embeddings "
+        raise CapscoreError(f"{bb.spec}: EMScore's fine-grained term (video pac-s, refpac-s, emscore, emscore-ref) "
+                            f"matches word tokens ({bb.token_dim}-d) with frame embeddings "
                             f"({bb.embed_dim}-d, a {getattr(bb, 'readout', '?')} read-out); they are not one "
                             "space. Use --metric clip-s (the global cosine alone) or a class-token model")
 
