@@ -99,18 +99,7 @@ def main() -> None:
 
         bb.forward_images, bb.forward_texts = images, texts
     elif a.readout == "second-order":  # the library's read-out (capscore.backbones.readout, scenes-tiny-v4)
-        from capscore.backbones.readout import second_order_pool, word_mask
-
-        def images(px, patches=False):
-            _, tokens = forward_images(px, patches=True)
-            return second_order_pool(tokens, torch.ones(tokens.shape[:2], device=tokens.device)), \
-                tokens if patches else None
-
-        def texts(ids, lengths, tokens=False):
-            _, toks = forward_texts(ids, lengths, tokens=True)
-            return second_order_pool(toks, word_mask(lengths.to(toks.device), toks.shape[1])), toks if tokens else None
-
-        bb.forward_images, bb.forward_texts = images, texts
+        bb.set_readout("second-order")
 
     def step_fn(bb_, batch, *, step, state, rng, pixels):
         return st.step(bb_, batch, p=p, step=step)
@@ -123,8 +112,6 @@ def main() -> None:
         print(f"trained {a.steps} steps in {time.time() - t:.0f} s; log: {a.out}/log.jsonl")
     Path(a.out).mkdir(parents=True, exist_ok=True)
     bb.model.eval()
-    if a.readout == "second-order":
-        bb.embed_dim = dim * dim  # the engine sizes global vectors by it (evaluation reads no patch tokens)
     with torch.no_grad():
         res = evaluate_scenes(bb, n=a.eval_n)
     Path(a.out, "eval.json").write_text(json.dumps(res, indent=1))

@@ -67,16 +67,8 @@ class OpenClipBackbone(Backbone):
         ) == "tok" and getattr(visual, "attn_pool", None) is None
         with torch.no_grad():
             self.embed_dim = int(self._project_text(torch.zeros(1, self._text_width())).shape[-1])
-        # the global read-out (capscore.backbones.readout): CLIP's class token, or second-order pooled tokens
-        if readout not in READOUTS:
-            raise CapscoreError(f"{spec}: unknown global read-out {readout!r}; expected one of {', '.join(READOUTS)}")
-        self.readout = readout
-        if readout != "class":
-            if not (self.has_patch_tokens and self._fast_text):
-                raise CapscoreError(f"{spec}: a {readout} read-out pools patch and word tokens; this model does "
-                                    "not expose both in the joint space")
-            self._token_dim = self.embed_dim
-            self.embed_dim = self.embed_dim ** 2
+        self.readout = "class"
+        self.set_readout(readout)
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         # open_clip's eval transform is Resize, CenterCrop, convert-to-RGB, ...: given the file's own mode it
@@ -85,6 +77,20 @@ class OpenClipBackbone(Backbone):
                  for t in getattr(preprocess, "transforms", [])]
         converts = [i for i, n in enumerate(steps) if n == "MaybeConvertMode" or "convert" in n.lower()]
         self.supports_rgb_after_crop = "Resize" in steps and bool(converts) and steps.index("Resize") < converts[0]
+
+    def set_readout(self, readout: str) -> None:
+        """The global read-out (:mod:`capscore.backbones.readout`): CLIP's ``"class"`` token, or
+        ``"second-order"`` pooled tokens (``embed_dim`` becomes the token width squared)."""
+        if readout not in READOUTS:
+            raise CapscoreError(f"{self.spec}: unknown global read-out {readout!r}; expected one of {', '.join(READOUTS)}")
+        if readout != "class" and not (self.has_patch_tokens and self._fast_text):
+            raise CapscoreError(f"{self.spec}: a {readout} read-out pools patch and word tokens; this model does "
+                                "not expose both in the joint space")
+        width = self.token_dim  # of the patch and word tokens, whatever the read-out
+        self._token_dim = None if readout == "class" else width
+        self.embed_dim = width ** 2 if readout == "second-order" else width
+        self.readout = readout
+        self.invalidate_identity()
 
     def set_context_length(self, context_length: int) -> None:
         """77 -> 248 by LongCLIP's knowledge-preserved stretch, or a shorter slice (see
