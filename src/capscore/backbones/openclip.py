@@ -67,8 +67,7 @@ class OpenClipBackbone(Backbone):
         ) == "tok" and getattr(visual, "attn_pool", None) is None
         with torch.no_grad():
             self.embed_dim = int(self._project_text(torch.zeros(1, self._text_width())).shape[-1])
-        self.readout = "class"
-        self.set_readout(readout)
+        self.set_readout(readout)  # sets self.readout, embed_dim and token_dim
         p = next(model.parameters())
         self.device, self.dtype = p.device, p.dtype
         # open_clip's eval transform is Resize, CenterCrop, convert-to-RGB, ...: given the file's own mode it
