@@ -96,6 +96,10 @@ def test_identity_and_checkpoint_carry_the_readout(pair, tmp_path):
     export_bundled(v4, tmp_path / "bundled.safetensors", {"arch": "scenes-tiny-v4"})
     shipped = backbone_from_file(tmp_path / "bundled.safetensors")
     assert shipped.readout == "second-order" and shipped.embed_dim == 128 * 128
+    # the same file as `ckpt:` (a scenes-tiny run's scenes-tiny.safetensors): its "arch" names the read-out
+    assert _load(f"ckpt:{tmp_path / 'bundled.safetensors'}").readout == "second-order"
+    export_bundled(v3, tmp_path / "bundled-v3.safetensors", {"arch": "scenes-tiny-v3"})
+    assert _load(f"ckpt:{tmp_path / 'bundled-v3.safetensors'}").readout == "class"
     got = Encoder(shipped).encode_texts(CAPTIONS[:1])
     assert torch.allclose(got, Encoder(v4).encode_texts(CAPTIONS[:1]), atol=2e-3)  # fp16 weights
 

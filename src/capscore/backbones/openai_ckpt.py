@@ -492,8 +492,12 @@ def load_openai_checkpoint(
     image_size = image_size[0] if isinstance(image_size, (tuple, list)) else int(image_size)
     tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=ctx)
     # the global read-out: the architecture's when #arch= names one, else what capscore recorded on saving
-    # (a file trained with scenes-tiny-v4's read-out, capscore.backbones.readout), else CLIP's class token
-    readout = readout_of(arch) if arch else (_saved_metadata(Path(path).expanduser(), "capscore.readout") or "class")
+    # (a file trained with scenes-tiny-v4's read-out, capscore.backbones.readout: "capscore.readout" in a
+    # `capscore train` export, the architecture "arch" in a bundled-format file such as a scenes-tiny run's
+    # scenes-tiny.safetensors), else CLIP's class token
+    saved = Path(path).expanduser()
+    readout = readout_of(arch) if arch else (_saved_metadata(saved, "capscore.readout")
+                                             or readout_of(_saved_metadata(saved, "arch")))
     bb = OpenClipBackbone(model, openai_preprocess(image_size), tokenizer, spec=spec, family=FAMILY,
                           readout=readout)
     return bb.to(device, resolve_dtype(dtype))

@@ -37,8 +37,9 @@ open_clip's JSON configs cannot express a read-out, so architectures that have t
 architecture) looks the name up. The weights alone cannot say which read-out they were trained with
 (they are the class-token architecture's), so a ``ckpt:`` file without ``#arch=`` takes the read-out
 capscore recorded when it saved the file (safetensors metadata ``capscore.readout``, written by
-:func:`capscore.backbones.openai_ckpt.save_openai_checkpoint`, hence by every ``capscore train`` export)
-and otherwise CLIP's.
+:func:`capscore.backbones.openai_ckpt.save_openai_checkpoint`, hence by every ``capscore train`` export;
+or the architecture ``arch`` of a bundled-format file, such as a ``scenes-tiny`` run's
+``scenes-tiny.safetensors``) and otherwise CLIP's.
 """
 from __future__ import annotations
 
