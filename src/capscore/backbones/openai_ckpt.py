@@ -482,8 +482,9 @@ def load_openai_checkpoint(
         raise CapscoreError(f"ckpt option lora_mlp must be one of {', '.join(LORA_MLP)}; got {lora_mlp!r}")
     where = str(Path(path).expanduser())
     sd = read_state_dict(path)
-    if quick_gelu is None and arch is None:
-        quick_gelu = _saved_quick_gelu(Path(path).expanduser())
+    saved = _saved_metadata(Path(where))  # what capscore recorded on saving ({} for other files)
+    if quick_gelu is None and arch is None and "capscore.quick_gelu" in saved:
+        quick_gelu = saved["capscore.quick_gelu"] == "1"
     sd = merge_lora(sd, lora_alpha=lora_alpha, mlp=lora_mlp)
     _check_openai_layout(sd, where)
     model = build_clip(sd, where=where, arch=arch, quick_gelu=quick_gelu, context_length=context_length)
@@ -495,9 +496,7 @@ def load_openai_checkpoint(
     # (a file trained with scenes-tiny-v4's read-out, capscore.backbones.readout: "capscore.readout" in a
     # `capscore train` export, the architecture "arch" in a bundled-format file such as a scenes-tiny run's
     # scenes-tiny.safetensors), else CLIP's class token
-    saved = Path(path).expanduser()
-    readout = readout_of(arch) if arch else (_saved_metadata(saved, "capscore.readout")
-                                             or readout_of(_saved_metadata(saved, "arch")))
+    readout = readout_of(arch) if arch else (saved.get("capscore.readout") or readout_of(saved.get("arch")))
     bb = OpenClipBackbone(model, openai_preprocess(image_size), tokenizer, spec=spec, family=FAMILY,
                           readout=readout)
     return bb.to(device, resolve_dtype(dtype))
@@ -511,23 +510,17 @@ def _uses_quick_gelu(model: torch.nn.Module) -> bool | None:
     return kinds.pop() if len(kinds) == 1 else None
 
 
-def _saved_metadata(path: Path, key: str) -> str | None:
-    """A value capscore recorded in a safetensors file's metadata (None: not there, or not safetensors)."""
+def _saved_metadata(path: Path) -> dict[str, str]:
+    """A safetensors file's metadata, where capscore records what it saved ({}: none, or not safetensors)."""
     if path.suffix != ".safetensors":
-        return None
+        return {}
     from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
-            return (f.metadata() or {}).get(key)
+            return f.metadata() or {}
     except Exception:  # unreadable files are reported by read_state_dict
-        return None
-
-
-def _saved_quick_gelu(path: Path) -> bool | None:
-    """The activation capscore recorded in a safetensors file's metadata, if any."""
-    value = _saved_metadata(path, "capscore.quick_gelu")
-    return None if value is None else value == "1"
+        return {}
 
 
 def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain") -> Path:
