@@ -16,7 +16,7 @@ from capscore.cli import main
 from capscore.errors import CapscoreError
 from capscore.scenes import heldout_pairs
 from capscore.train.objectives import filip_loss, filip_similarity, hard_negative_contrastive_loss
-from capscore.train.scenes_tiny import HARD_NEGATIVE_KINDS, SceneStream, negative_mix
+from capscore.train.scenes_tiny import CLIP_S_PREFIX, HARD_NEGATIVE_KINDS, SceneStream, negative_mix
 
 # Reference values of a 4-step run (batch 8, seed 1, warm-up 2, everything else the v1 defaults:
 # lr 1e-3, cosine to 10 %, weight decay 0.1 without embeddings, clip 1.0), produced on 2026-11-23 by
@@ -148,6 +148,21 @@ def test_hard_negative_loss_by_hand():
         total += -(col[i] - math.log(sum(math.exp(x) for x in col)))
     assert loss.item() == pytest.approx(total / 6, rel=1e-5)
     assert stats["hardneg_acc"] == pytest.approx(np.mean([I[i] @ P[i] > I[i] @ N[i] for i in range(3)]))
+    # two negatives per image: rows 0-2 of neg2 are the first block, 3-5 the second; every one is a column
+    neg2 = torch.randn(6, 4, generator=g)
+    loss2, stats2 = hard_negative_contrastive_loss(img, pos, neg2, torch.tensor(10.0))
+    N2 = n(neg2)
+    total = 0.0
+    for i in range(3):
+        row = [10 * I[i] @ t for t in list(P) + list(N2)]  # 3 positives + 6 negatives
+        total += -(row[i] - math.log(sum(math.exp(x) for x in row)))
+        col = [10 * P[i] @ im for im in I]
+        total += -(col[i] - math.log(sum(math.exp(x) for x in col)))
+    assert loss2.item() == pytest.approx(total / 6, rel=1e-5)
+    beats = [I[i] @ P[i] > max(I[i] @ N2[i], I[i] @ N2[3 + i]) for i in range(3)]
+    assert stats2["hardneg_acc"] == pytest.approx(np.mean(beats))
+    with pytest.raises(ValueError, match="k x 3 rows"):
+        hard_negative_contrastive_loss(img, pos, neg2[:4], torch.tensor(10.0))
 
 
 def test_filip_similarity_by_hand_with_padding():
@@ -223,8 +238,15 @@ def test_filip_own_negative_columns():
     assert filip_loss(img, txt, tm, 2.0, negative_columns="own").item() == pytest.approx(want.item(), rel=1e-6)
     want_all = 0.5 * (ce(2.0 * s_i2t, torch.arange(3)) + ce(2.0 * s_t2i[:, :3].T, torch.arange(3)))
     assert filip_loss(img, txt, tm, 2.0).item() == pytest.approx(want_all.item(), rel=1e-6)
-    with pytest.raises(ValueError, match="2 x 3 texts"):
+    with pytest.raises(ValueError, match=r"\(1\+k\) x 3 texts"):
         filip_loss(img, txt[:5], tm[:5], 2.0, negative_columns="own")
+    # k = 2 negatives per image (negatives_per_image=2): image i's extra columns are texts 3 + i and 6 + i
+    txt2 = torch.randn(9, 3, 5, generator=g)
+    tm2 = torch.ones(9, 3, dtype=torch.bool)
+    s_i2t, s_t2i = filip_similarity(img, txt2, tm2)  # (3, 9)
+    own = torch.cat([s_i2t[:, :3], s_i2t[:, 3:6].diagonal()[:, None], s_i2t[:, 6:].diagonal()[:, None]], 1)
+    want = 0.5 * (ce(2.0 * own, torch.arange(3)) + ce(2.0 * s_t2i[:, :3].T, torch.arange(3)))
+    assert filip_loss(img, txt2, tm2, 2.0, negative_columns="own").item() == pytest.approx(want.item(), rel=1e-6)
 
 
 def test_dense_term_trains_through_the_loop(tmp_path):
@@ -332,6 +354,37 @@ def test_bound_negatives_raise_the_share_of_bound_hard_negatives():
         [(e.caption, e.negative) for e in SceneStream(4).batch(0, 32)]
     with pytest.raises(CapscoreError, match="bound_negatives"):
         get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"bound_negatives": "1.5"}))
+
+
+def test_negatives_per_image_adds_false_captions_and_leaves_one_unchanged(tmp_path):
+    """--set negatives_per_image=k: every image (twins too) carries k - 1 more hard negatives, each false of
+    its own scene, prefixed like its positive; k = 1 is the stream as before; the loop trains on them."""
+    from capscore.scenes.captions import truth
+    from capscore.train.recipes import get_recipe, resolve_params
+
+    one, three = SceneStream(5, twins=0.5).batch(0, 64), SceneStream(5, twins=0.5, per_image=3).batch(0, 64)
+    assert all(e.more_negatives == () for e in one)
+    assert len(three) == 64 and all(len(e.more_negatives) == 2 for e in three)
+    assert sum("twin_of" in e.extra for e in three) > 10
+    for e in three:
+        facts = truth(e.extra["scene"])
+        for neg, flaw in zip(e.more_negatives, e.extra["more_flaws"], strict=True):
+            assert neg.startswith(CLIP_S_PREFIX) == e.caption.startswith(CLIP_S_PREFIX)
+            assert neg.removeprefix(CLIP_S_PREFIX) in {flaw.flawed_caption.realise(style=k) for k in range(3)}
+            # false of the image it is a negative of (a twin's negatives are false of the twin)
+            assert not flaw.flawed_caption.facts() <= facts and flaw.correct_caption.facts() <= facts
+    # the first scene of a batch draws its extra negatives after its positive: its texts are unchanged
+    assert (three[0].caption, three[0].negative) == (one[0].caption, one[0].negative)
+    # k = 1 is the stream as before (the bundled model's recipe)
+    assert [(e.caption, e.negative) for e in SceneStream(5, twins=0.5, per_image=1).batch(0, 32)] == \
+        [(e.caption, e.negative) for e in one[:32]]
+    with pytest.raises(CapscoreError, match="negatives_per_image"):
+        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"negatives_per_image": "0"}))
+    assert main(["train", "scenes-tiny", "--model", "openclip:scenes-tiny-v3", "--out", str(tmp_path), "--steps", "2",
+                 "--batch-size", "8", "--eval-scenes", "0", "--set", "dense=filip", "--set", "dense_weight=0.5",
+                 "--set", "negatives_per_image=3"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "loss" in r] == [1, 2] and all(0 <= r["hardneg_acc"] <= 1 for r in rows if "loss" in r)
 
 
 def test_lock_text_steps_keeps_the_text_tower_at_its_init_then_trains_it(tmp_path, capsys):

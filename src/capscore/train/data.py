@@ -52,6 +52,7 @@ class Example:
     perturbed_by_lang: tuple[tuple[str, tuple[str, ...]], ...] = ()  # {"lang": [...]} form of ``perturbed``
     extra: dict = field(default_factory=dict, compare=False, repr=False)  # e.g. the Scene object
     negative: str | None = None  # a hard-negative caption of ``image`` (scenes-tiny recipe)
+    more_negatives: tuple[str, ...] = ()  # further hard negatives of ``image`` (scenes-tiny, negatives_per_image > 1)
 
 
 def check_fields(examples: list[Example], needs: tuple[str, ...], recipe: str) -> None:

@@ -302,18 +302,18 @@ def pacs_loss(
 def hard_negative_contrastive_loss(
     image: torch.Tensor, text: torch.Tensor, negatives: torch.Tensor, scale
 ) -> tuple[torch.Tensor, dict]:
-    """CLIP InfoNCE with one hard-negative caption per image as extra image→text columns
+    """CLIP InfoNCE with hard-negative captions as extra image→text columns
     (the bundled scenes-tiny recipe; the negatives are NegCLIP-style controlled edits).
 
-    image, text, negatives: (B, D); row i of ``text`` matches image i, row i of ``negatives``
-    is a false caption of image i.
+    image, text: (B, D); row i of ``text`` matches image i. negatives: (k·B, D), k ≥ 1 blocks of B
+    rows: row j·B + i is image i's j-th false caption (k = 1: one hard negative per image).
 
-      i2t = scale · cos(image, [text; negatives])     (B, 2B)   every caption is a candidate
-      t2i = scale · cos(text, image)                  (B, B)    negatives are not queries
+      i2t = scale · cos(image, [text; negatives])     (B, (1+k)B)   every caption is a candidate
+      t2i = scale · cos(text, image)                  (B, B)        negatives are not queries
       L = ½ [CE(i2t, arange B) + CE(t2i, arange B)]
 
-    Returns (loss, {"i2t_acc", "hardneg_acc"}): batch image→text accuracy over all 2B
-    columns and the share of images whose positive beats their own hard negative.
+    Returns (loss, {"i2t_acc", "hardneg_acc"}): batch image→text accuracy over all (1+k)B
+    columns and the share of images whose positive beats every one of their own hard negatives.
     (The products are written as in capscore's first scenes trainer, so the bundled
     model's run is reproduced bit for bit; see tests/test_train_scenes_tiny.py.)
     """
@@ -323,9 +323,13 @@ def hard_negative_contrastive_loss(
     i2t = s * img @ torch.cat([pos, neg]).T  # (B, 2B)
     t2i = s * pos @ img.T  # (B, B)
     loss = (F.cross_entropy(i2t, target) + F.cross_entropy(t2i, target)) / 2
+    n = img.shape[0]
+    if neg.shape[0] == 0 or neg.shape[0] % n:
+        raise ValueError(f"negatives must be k x {n} rows (k >= 1 blocks, one row per image each), got {neg.shape[0]}")
     with torch.no_grad():
+        own = (img[None] * neg.view(-1, n, neg.shape[1])).sum(2).amax(0)  # each image's best hard negative
         stats = {"i2t_acc": (i2t.argmax(1) == target).float().mean().item(),
-                 "hardneg_acc": ((img * pos).sum(1) > (img * neg).sum(1)).float().mean().item()}
+                 "hardneg_acc": ((img * pos).sum(1) > own).float().mean().item()}
     return loss, stats
 
 
@@ -457,8 +461,9 @@ def filip_loss(
     over the images uses s_t2i. Texts beyond the first Bi rows (e.g. hard negatives) are
     extra image→text columns only, as in :func:`hard_negative_contrastive_loss`:
     ``negative_columns="all"`` gives every image every extra text as a column; ``"own"`` (needs
-    exactly 2·Bi texts) gives image i only its own hard negative (text Bi + i) — capscore's
-    cost-saving choice for training, half the token-wise products (FILIP has no hard negatives).
+    (1+k)·Bi texts, k ≥ 1 blocks of Bi negatives) gives image i only its own hard negatives (texts
+    j·Bi + i for j = 1..k) — capscore's cost-saving choice for training, with k = 1 half the token-wise
+    products (FILIP has no hard negatives).
 
       L = ½ [CE(scale · s_i2t, arange Bi) + CE(scale · s_t2iᵀ[:Bi], arange Bi)]
 
@@ -471,12 +476,13 @@ def filip_loss(
     if negative_columns == "all":
         s_i2t, s_t2i = filip_similarity(image_tokens, text_tokens, text_mask)
     elif negative_columns == "own":
-        if text_tokens.shape[0] != 2 * n:
-            raise ValueError(f"negative_columns='own' needs 2 x {n} texts (positives, then one negative each), "
-                             f"got {text_tokens.shape[0]}")
+        if text_tokens.shape[0] < 2 * n or text_tokens.shape[0] % n:
+            raise ValueError(f"negative_columns='own' needs (1+k) x {n} texts (positives, then k >= 1 blocks of "
+                             f"one negative per image), got {text_tokens.shape[0]}")
         s_i2t, s_t2i = filip_similarity(image_tokens, text_tokens[:n], text_mask[:n])
-        own, _ = filip_pair_similarity(image_tokens, text_tokens[n:], text_mask[n:])
-        s_i2t = torch.cat([s_i2t, own[:, None]], 1)
+        own = [filip_pair_similarity(image_tokens, text_tokens[a:a + n], text_mask[a:a + n])[0][:, None]
+               for a in range(n, text_tokens.shape[0], n)]
+        s_i2t = torch.cat([s_i2t, *own], 1)
     else:
         raise ValueError(f"negative_columns must be 'all' or 'own', not {negative_columns!r}")
     return 0.5 * (F.cross_entropy(s * s_i2t, target) + F.cross_entropy(s * s_t2i[:, :n].T, target))

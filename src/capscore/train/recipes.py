@@ -253,7 +253,7 @@ RECIPES: dict[str, Recipe] = {
         Recipe("scenes-tiny", ("caption", "negative"), dict(scenes_tiny.PARAMS), scenes_tiny.prepare,
                scenes_tiny.step, export="scenes-tiny", data=scenes_tiny.data, start_model=scenes_tiny.START_MODEL,
                optim=dict(scenes_tiny.OPTIM), train_defaults=dict(scenes_tiny.TRAIN_DEFAULTS),
-               citation="Radford et al., 2021 (CLIP) + one hard negative per image; optional dense term: "
+               citation="Radford et al., 2021 (CLIP) + hard negatives per image; optional dense term: "
                         "Yao et al., 2021 (FILIP), section 3.1"),
     ]
 }

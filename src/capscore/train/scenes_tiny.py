@@ -24,12 +24,18 @@ Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and `
   negative. The two images and two captions form a minimal pair both ways, so a text-only prior cannot
   win it (``capscore scenes eval`` reports that prior as the *blind* accuracy). A micro-batch stays B
   examples, so it holds fewer distinct scenes;
-* loss: symmetric CLIP InfoNCE with the B hard negatives as extra image→text columns
+* **several hard negatives per image** (``negatives_per_image`` = k, default 1): k − 1 further false
+  captions per image (and per image twin), each a fresh draw of kind (by ``negative_weights``) and error,
+  in a random style, as extra image→text columns of both terms. Why: the image tower is nearly all of a
+  step's cost (the text tower encodes short captions at width 128), so more negatives buy more error
+  signal per rendered image for little time. Several hard negatives per image is common practice after
+  NegCLIP (which used one); k and the draw are this recipe's choice;
+* loss: symmetric CLIP InfoNCE with the k·B hard negatives as extra image→text columns
   (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
   ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
   (``dense=filip``; :func:`capscore.train.objectives.filip_loss`), whose image→text columns are the
-  B positives plus each image's own hard negative (``dense_negatives=own``, the default: half the
-  cost of ``all``, which gives every image all B negatives as the global term does);
+  B positives plus each image's own hard negatives (``dense_negatives=own``, the default: with k = 1 half
+  the cost of ``all``, which gives every image all k·B negatives as the global term does);
 * **locked-text warm-up** (``lock_text_steps`` = N, default 0): for the first N steps the text tower
   stays at its random init (its texts are encoded without gradient, so AdamW neither moves nor decays
   it) and only the image tower and the temperature learn; then both train. Why: trained jointly from
@@ -87,7 +93,7 @@ OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the 
 TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
 PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
               dense="none", dense_weight=0.0, dense_negatives="own", twins=0.0, lock_text_steps=0,
-              single_object_steps=0, bound_negatives=0.0)
+              single_object_steps=0, bound_negatives=0.0, negatives_per_image=1)
 START_MODEL = "openclip:scenes-tiny"  # random init from --seed
 
 
@@ -147,9 +153,10 @@ class SceneStream:
     twins: float = 0.0  # probability that a scene's image twin (capscore.scenes.captions.counterfactual) follows it
     single_until: int = 0  # micro-batches k < this hold single-object scenes (a curriculum); 0: none
     bound: float = 0.0  # probability that a colour/shape/count/hallucination negative is drawn bound (make_flaw)
+    per_image: int = 1  # hard negatives per image: the first as before, the others in ``Example.more_negatives``
 
     def batch(self, k: int, batch_size: int) -> list[Example]:
-        from capscore.scenes import applicable_errors, generate_scenes, make_flaw
+        from capscore.scenes import generate_scenes
         from capscore.scenes.captions import counterfactual
 
         one = dict(min_objects=1, max_objects=1) if k < self.single_until else {}
@@ -160,30 +167,46 @@ class SceneStream:
         for s in scenes:
             if len(out) == batch_size:  # image twins fill slots: the last scenes go unused
                 break
-            ok = applicable_errors(s)
-            idx = [i for i, kind in enumerate(self.kinds) if kind in ok]
-            if not idx:  # no chosen kind applies to this scene: every scene still gets a negative
-                raise CapscoreError(f"scene {s.id}: none of the negative kinds {self.kinds} applies; "
-                                    f"add one of {sorted(ok)} to negative_kinds")
-            if self.weights is None:
-                kind = self.kinds[idx[int(rng.integers(len(idx)))]]
-            else:
-                w = self.weights[idx]
-                if w.sum() <= 0:
-                    w = np.ones(len(idx))
-                kind = self.kinds[idx[int(rng.choice(len(idx), p=w / w.sum()))]]
-            flaw = make_flaw(s, kind, rng, bound=self.bound > 0 and rng.random() < self.bound)
+            kind, flaw = self._flaw(s, rng)
             pos, neg, right = _positive_and_negative(s, flaw, rng)
-            if rng.random() < self.prefix_p:
-                pos, neg, right = CLIP_S_PREFIX + pos, CLIP_S_PREFIX + neg, CLIP_S_PREFIX + right
+            prefix = CLIP_S_PREFIX if rng.random() < self.prefix_p else ""
+            pos, neg, right = prefix + pos, prefix + neg, prefix + right
+            more, flaws = self._more(s, rng, prefix)
             out.append(Example(ImageRef(image=s.render(), name=s.id), pos, source=s.id, negative=neg,
-                               extra={"scene": s, "kind": kind, "flaw": flaw}))
+                               more_negatives=more, extra={"scene": s, "kind": kind, "flaw": flaw, "more_flaws": flaws}))
             if self.twins > 0 and len(out) < batch_size and rng.random() < self.twins:
                 twin = counterfactual(s, flaw)
                 if twin is not None:  # the flawed text is the twin's positive, the exact correct twin its negative
+                    more, flaws = self._more(twin, rng, prefix)
                     out.append(Example(ImageRef(image=twin.render(), name=twin.id), neg, source=twin.id,
-                                       negative=right, extra={"scene": twin, "kind": kind, "twin_of": s.id}))
+                                       negative=right, more_negatives=more,
+                                       extra={"scene": twin, "kind": kind, "twin_of": s.id, "more_flaws": flaws}))
         return out
+
+    def _flaw(self, s, rng: np.random.Generator):
+        """(kind, flaw): a kind among those of ``kinds`` that apply to scene ``s`` (by ``weights``), one error of it."""
+        from capscore.scenes import applicable_errors, make_flaw
+
+        ok = applicable_errors(s)
+        idx = [i for i, kind in enumerate(self.kinds) if kind in ok]
+        if not idx:  # no chosen kind applies to this scene: every scene still gets a negative
+            raise CapscoreError(f"scene {s.id}: none of the negative kinds {self.kinds} applies; "
+                                f"add one of {sorted(ok)} to negative_kinds")
+        if self.weights is None:
+            kind = self.kinds[idx[int(rng.integers(len(idx)))]]
+        else:
+            w = self.weights[idx]
+            if w.sum() <= 0:
+                w = np.ones(len(idx))
+            kind = self.kinds[idx[int(rng.choice(len(idx), p=w / w.sum()))]]
+        return kind, make_flaw(s, kind, rng, bound=self.bound > 0 and rng.random() < self.bound)
+
+    def _more(self, s, rng: np.random.Generator, prefix: str) -> tuple[tuple[str, ...], tuple]:
+        """(texts, flaws): ``per_image - 1`` further false captions of scene ``s``, each a fresh draw of kind
+        and error, in a random template style, with the scene's prefix (so the prefix never tells a positive
+        from a negative). Nothing is drawn when ``per_image`` is 1, so such runs keep their random stream."""
+        flaws = tuple(self._flaw(s, rng)[1] for _ in range(self.per_image - 1))
+        return tuple(prefix + f.flawed_caption.realise(style=int(rng.integers(3))) for f in flaws), flaws
 
 
 def data(bb: Backbone, p: dict, *, seed: int) -> SceneStream:
@@ -192,7 +215,7 @@ def data(bb: Backbone, p: dict, *, seed: int) -> SceneStream:
     kinds, weights = negative_mix(p)
     return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]),
                        twins=float(p["twins"]), single_until=_steps(p, "single_object_steps"),
-                       bound=_probability(p, "bound_negatives"))
+                       bound=_probability(p, "bound_negatives"), per_image=_per_image(p))
 
 
 def prepare(bb: Backbone, p: dict) -> dict:
@@ -208,7 +231,19 @@ def prepare(bb: Backbone, p: dict) -> dict:
     _probability(p, "bound_negatives")
     _steps(p, "lock_text_steps")
     _steps(p, "single_object_steps")
+    _per_image(p)
     return {}
+
+
+def _per_image(p: dict) -> int:
+    try:
+        n = int(str(p["negatives_per_image"]))
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise param_error("negatives_per_image", "the scenes-tiny recipe (--set)", "a whole number >= 1",
+                          p["negatives_per_image"])
+    return n
 
 
 def _probability(p: dict, name: str) -> float:
@@ -235,7 +270,11 @@ def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> 
     n = len(batch)
     text_grad = step >= _steps(p, "lock_text_steps")  # False: texts without gradient, a locked text tower
     px = torch.stack([bb.preprocess(e.image.image) for e in batch]).to(bb.device, bb.dtype)  # (B, 3, H, W)
-    texts = [e.caption for e in batch] + [e.negative for e in batch]  # positives, then hard negatives
+    k = {len(e.more_negatives) for e in batch}
+    if len(k) != 1:
+        raise CapscoreError(f"scenes-tiny: every image needs the same number of hard negatives, got {sorted(k)}")
+    more = [[e.more_negatives[j] for e in batch] for j in range(k.pop())]
+    texts = [e.caption for e in batch] + [e.negative for e in batch] + sum(more, [])  # positives, then k blocks of negatives
     scale = bb.logit_scale.exp()
     if p["dense"] == "none":
         img, _ = bb.forward_images(px)  # (B, D)
