@@ -320,12 +320,12 @@ def hard_negative_contrastive_loss(
     s = _as_scale(scale)
     img, pos, neg = _unit(image), _unit(text), _unit(negatives)
     target = torch.arange(img.shape[0], device=img.device)
-    i2t = s * img @ torch.cat([pos, neg]).T  # (B, 2B)
-    t2i = s * pos @ img.T  # (B, B)
-    loss = (F.cross_entropy(i2t, target) + F.cross_entropy(t2i, target)) / 2
     n = img.shape[0]
     if neg.shape[0] == 0 or neg.shape[0] % n:
         raise ValueError(f"negatives must be k x {n} rows (k >= 1 blocks, one row per image each), got {neg.shape[0]}")
+    i2t = s * img @ torch.cat([pos, neg]).T  # (B, (1+k)B)
+    t2i = s * pos @ img.T  # (B, B)
+    loss = (F.cross_entropy(i2t, target) + F.cross_entropy(t2i, target)) / 2
     with torch.no_grad():
         own = (img[None] * neg.view(-1, n, neg.shape[1])).sum(2).amax(0)  # each image's best hard negative
         stats = {"i2t_acc": (i2t.argmax(1) == target).float().mean().item(),

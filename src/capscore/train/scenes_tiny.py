@@ -29,7 +29,9 @@ Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and `
   in a random style, as extra image→text columns of both terms. Why: the image tower is nearly all of a
   step's cost (the text tower encodes short captions at width 128), so more negatives buy more error
   signal per rendered image for little time. Several hard negatives per image is common practice after
-  NegCLIP (which used one); k and the draw are this recipe's choice;
+  NegCLIP (which used one); k and the draw are this recipe's choice. Measured on v4's stage 2 (docs/scenes.md,
+  "More hard negatives per image"): k = 3 costs about what k = 1 does per step but does not lift counting
+  (seen count 0.908 against 0.900); it strengthens the text prior instead. So the recipes keep k = 1;
 * loss: symmetric CLIP InfoNCE with the k·B hard negatives as extra image→text columns
   (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
   ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
