@@ -387,6 +387,36 @@ def test_negatives_per_image_adds_false_captions_and_leaves_one_unchanged(tmp_pa
     assert [r["step"] for r in rows if "loss" in r] == [1, 2] and all(0 <= r["hardneg_acc"] <= 1 for r in rows if "loss" in r)
 
 
+def test_patch_dropout_drops_patches_in_training_forwards_only(tmp_path):
+    """--set patch_dropout=r (FLIP): a training forward sees int(144 (1 - r)) of the 144 patch tokens, each
+    image its own random ones; an evaluation forward and every forward after the step see all of them."""
+    from capscore.backbones import load_backbone
+    from capscore.train.recipes import get_recipe, resolve_params
+    from capscore.train.scenes_tiny import _dropping_patches
+
+    bb = load_backbone("openclip:scenes-tiny-v3", seed=0)
+    px = torch.rand(3, 3, 96, 96)
+    bb.model.train()
+    with _dropping_patches(bb, 0.5):
+        _, kept = bb.forward_images(px, patches=True)
+        bb.model.eval()
+        _, full_in_eval = bb.forward_images(px, patches=True)
+        bb.model.train()
+    _, after = bb.forward_images(px, patches=True)
+    assert kept.shape[1] == 72 and full_in_eval.shape[1] == 144 and after.shape[1] == 144
+    # each image keeps its own patches: some kept token of image 0 is no token of image 1's kept set
+    assert not torch.equal(kept[0], kept[1])
+    rows = {tuple(t.tolist()) for t in after[0].detach().round(decimals=5)}
+    assert sum(tuple(t.tolist()) in rows for t in kept[0].detach().round(decimals=5)) == 0  # tokens differ: attention saw fewer
+    with pytest.raises(CapscoreError, match="patch_dropout"):
+        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"patch_dropout": "1"}))
+    # through the loop, with the dense term over the kept patches
+    assert main(["train", "scenes-tiny", "--model", "openclip:scenes-tiny-v4", "--out", str(tmp_path), "--steps", "1",
+                 "--batch-size", "4", "--eval-scenes", "0", "--set", "dense=filip", "--set", "dense_weight=0.5",
+                 "--set", "patch_dropout=0.5"]) == 0
+    assert (tmp_path / "scenes-tiny.safetensors").exists()
+
+
 def test_lock_text_steps_keeps_the_text_tower_at_its_init_then_trains_it(tmp_path, capsys):
     """--set lock_text_steps=N: steps 0..N-1 move only the image tower (and temperature); step N moves both."""
     from safetensors.torch import load_file

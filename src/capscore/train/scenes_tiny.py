@@ -32,6 +32,11 @@ Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and `
   NegCLIP (which used one); k and the draw are this recipe's choice. Measured on v4's stage 2 (docs/scenes.md,
   "More hard negatives per image"): k = 3 costs about what k = 1 does per step but does not lift counting
   (seen count 0.908 against 0.900); it strengthens the text prior instead. So the recipes keep k = 1;
+* **patch dropout** (``patch_dropout`` = r, default 0): during training steps a random share r of each
+  image's patch tokens is dropped after the stem and position embeddings (FLIP, Li et al. 2023, section 3,
+  through open_clip's ``PatchDropout``), so the transformer, the read-out and the FILIP term see the kept
+  patches only; evaluation and export see all of them. Why: the image tower is nearly all of a step's cost,
+  so more images per minute; FLIP's trade is more images for a noisier view of each;
 * loss: symmetric CLIP InfoNCE with the k·B hard negatives as extra image→text columns
   (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
   ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
@@ -74,6 +79,7 @@ Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and `
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,7 +101,7 @@ OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the 
 TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
 PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
               dense="none", dense_weight=0.0, dense_negatives="own", twins=0.0, lock_text_steps=0,
-              single_object_steps=0, bound_negatives=0.0, negatives_per_image=1)
+              single_object_steps=0, bound_negatives=0.0, negatives_per_image=1, patch_dropout=0.0)
 START_MODEL = "openclip:scenes-tiny"  # random init from --seed
 
 
@@ -234,7 +240,35 @@ def prepare(bb: Backbone, p: dict) -> dict:
     _steps(p, "lock_text_steps")
     _steps(p, "single_object_steps")
     _per_image(p)
+    if _patch_drop(p) > 0 and bb is not None and not hasattr(getattr(bb.model, "visual", None), "patch_dropout"):
+        raise CapscoreError(f"{bb.spec}: patch_dropout needs an open_clip ViT image tower")
     return {}
+
+
+def _patch_drop(p: dict) -> float:
+    x = _probability(p, "patch_dropout")
+    if x >= 1.0:
+        raise param_error("patch_dropout", "the scenes-tiny recipe (--set)", "a share of patches in [0, 1)", p["patch_dropout"])
+    return x
+
+
+@contextmanager
+def _dropping_patches(bb: Backbone, prob: float):
+    """FLIP's patch dropout (Li et al. 2023, "Scaling Language-Image Pre-training via Masking", section 3:
+    a random share ``prob`` of each image's patch tokens is removed before the transformer, per image, in
+    training only) through open_clip's ``PatchDropout``, switched on for one forward and restored after."""
+    if prob <= 0:
+        yield
+        return
+    from open_clip.transformer import PatchDropout
+
+    visual = bb.model.visual
+    old = visual.patch_dropout
+    visual.patch_dropout = PatchDropout(prob)
+    try:
+        yield
+    finally:
+        visual.patch_dropout = old
 
 
 def _per_image(p: dict) -> int:
@@ -279,11 +313,13 @@ def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> 
     texts = [e.caption for e in batch] + [e.negative for e in batch] + sum(more, [])  # positives, then k blocks of negatives
     scale = bb.logit_scale.exp()
     if p["dense"] == "none":
-        img, _ = bb.forward_images(px)  # (B, D)
+        with _dropping_patches(bb, _patch_drop(p)):
+            img, _ = bb.forward_images(px)  # (B, D)
         with torch.set_grad_enabled(text_grad):
             txt = encode_texts_bucketed(bb, texts)  # (2B, D)
         return obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
-    img, patches = bb.forward_images(px, patches=True)  # (B, D), (B, N, D)
+    with _dropping_patches(bb, _patch_drop(p)):
+        img, patches = bb.forward_images(px, patches=True)  # (B, D), (B, N, D); N kept patches with patch_dropout
     with torch.set_grad_enabled(text_grad):
         txt, tokens, lengths = encode_texts_bucketed(bb, texts, tokens=True)  # (2B, D), (2B, L, D), (2B,)
     loss, parts = obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
