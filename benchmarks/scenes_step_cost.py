@@ -23,7 +23,9 @@ import tempfile
 BASE = {"dense": "filip", "dense_weight": "0.5", "twins": "0.5", "negative_weights": "1,3,3,1,1,1"}
 
 
-def run(model: str, extra: dict, steps: int, batch: int, seed: int) -> list[dict]:
+def run(model: str, extra: dict, steps: int, batch: int, seed: int, amp: str = "off") -> list[dict]:
+    """The loop's per-step history of ``steps`` steps of v4's stage-2 settings plus ``extra`` from ``model``
+    (also ``benchmarks/train_amp.py``'s runs, with another ``amp``)."""
     from capscore.backbones import load_backbone
     from capscore.train.loop import TrainConfig, train
     from capscore.train.recipes import get_recipe, make_step, resolve_params
@@ -33,7 +35,7 @@ def run(model: str, extra: dict, steps: int, batch: int, seed: int) -> list[dict
     bb = load_backbone(model, seed=seed)
     recipe.prepare(bb, params)
     cfg = TrainConfig(steps=steps, batch_size=batch, lr=7.5e-4, warmup=min(5, steps), min_lr_ratio=0.1,
-                      grad_clip=1.0, seed=seed, no_decay=("embedding",), amp="off")
+                      grad_clip=1.0, seed=seed, no_decay=("embedding",), amp=amp)
     with tempfile.TemporaryDirectory() as out:
         return train(bb, make_step(recipe, params), recipe.data(bb, params, seed=seed), cfg, out).history
 

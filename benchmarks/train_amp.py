@@ -18,24 +18,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 
 
 def run(model: str, amp: str, steps: int, batch: int, seed: int) -> list[dict]:
-    from capscore.backbones import load_backbone
-    from capscore.train.loop import TrainConfig, train
-    from capscore.train.recipes import get_recipe, make_step, resolve_params
+    from scenes_step_cost import run as stage2_steps  # the same recipe settings, start and loop
 
-    recipe = get_recipe("scenes-tiny")
-    params = resolve_params(recipe, {"dense": "filip", "dense_weight": "0.5", "twins": "0.5",
-                                     "negative_weights": "1,3,3,1,1,1"})
-    bb = load_backbone(model, seed=seed)
-    recipe.prepare(bb, params)
-    cfg = TrainConfig(steps=steps, batch_size=batch, lr=7.5e-4, warmup=min(5, steps), min_lr_ratio=0.1,
-                      grad_clip=1.0, seed=seed, no_decay=("embedding",), amp=amp)
-    with tempfile.TemporaryDirectory() as out:
-        result = train(bb, make_step(recipe, params), recipe.data(bb, params, seed=seed), cfg, out)
-    return result.history
+    return stage2_steps(model, {}, steps, batch, seed, amp=amp)
 
 
 def main() -> None:

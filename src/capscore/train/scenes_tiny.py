@@ -272,14 +272,7 @@ def _dropping_patches(bb: Backbone, prob: float):
 
 
 def _per_image(p: dict) -> int:
-    try:
-        n = int(str(p["negatives_per_image"]))
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise param_error("negatives_per_image", "the scenes-tiny recipe (--set)", "a whole number >= 1",
-                          p["negatives_per_image"])
-    return n
+    return _whole(p, "negatives_per_image", 1, "a whole number >= 1")
 
 
 def _probability(p: dict, name: str) -> float:
@@ -293,12 +286,16 @@ def _probability(p: dict, name: str) -> float:
 
 
 def _steps(p: dict, name: str) -> int:
+    return _whole(p, name, 0, "a number of steps >= 0")
+
+
+def _whole(p: dict, name: str, least: int, expected: str) -> int:
     try:
         n = int(str(p[name]))
     except ValueError:
-        n = -1
-    if n < 0:
-        raise param_error(name, "the scenes-tiny recipe (--set)", "a number of steps >= 0", p[name])
+        n = least - 1
+    if n < least:
+        raise param_error(name, "the scenes-tiny recipe (--set)", expected, p[name])
     return n
 
 
@@ -312,16 +309,14 @@ def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> 
     more = [[e.more_negatives[j] for e in batch] for j in range(k.pop())]
     texts = [e.caption for e in batch] + [e.negative for e in batch] + sum(more, [])  # positives, then k blocks of negatives
     scale = bb.logit_scale.exp()
+    with _dropping_patches(bb, _patch_drop(p)):  # (B, D) and, for the dense term, (B, N, D): N kept patches
+        img, patches = bb.forward_images(px, patches=p["dense"] != "none")
     if p["dense"] == "none":
-        with _dropping_patches(bb, _patch_drop(p)):
-            img, _ = bb.forward_images(px)  # (B, D)
         with torch.set_grad_enabled(text_grad):
-            txt = encode_texts_bucketed(bb, texts)  # (2B, D)
+            txt = encode_texts_bucketed(bb, texts)  # ((1+k)B, D)
         return obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
-    with _dropping_patches(bb, _patch_drop(p)):
-        img, patches = bb.forward_images(px, patches=True)  # (B, D), (B, N, D); N kept patches with patch_dropout
     with torch.set_grad_enabled(text_grad):
-        txt, tokens, lengths = encode_texts_bucketed(bb, texts, tokens=True)  # (2B, D), (2B, L, D), (2B,)
+        txt, tokens, lengths = encode_texts_bucketed(bb, texts, tokens=True)  # ((1+k)B, D), ((1+k)B, L, D), ((1+k)B,)
     loss, parts = obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
     mask = torch.arange(tokens.shape[1], device=tokens.device)[None] < lengths[:, None].to(tokens.device)
     dense = obj.filip_loss(patches, tokens, mask, scale, negative_columns=p["dense_negatives"])
