@@ -124,7 +124,8 @@ def test_resume_refuses_changed_options(tmp_path, scenes):
                                                               lr=3e-3), tmp_path, resume=True)
 
 
-def run_contrastive(tmp_path, scenes, amp, *, steps=3, resume=False, stop_after=None, device="cpu"):
+def run_contrastive(tmp_path, scenes, amp, *, steps=3, resume=False, stop_after=None, device="cpu",
+                    deterministic=False):
     """A few contrastive steps under ``amp``; returns the backbone, the history and the dtypes the image
     tower's forward produced inside the loop."""
     torch.manual_seed(0)
@@ -139,7 +140,8 @@ def run_contrastive(tmp_path, scenes, amp, *, steps=3, resume=False, stop_after=
         return out
 
     bb.forward_images = recording
-    cfg = TrainConfig(steps=steps, batch_size=8, lr=2e-3, warmup=1, seed=0, ckpt_every=2, amp=amp, device=device)
+    cfg = TrainConfig(steps=steps, batch_size=8, lr=2e-3, warmup=1, seed=0, ckpt_every=2, amp=amp, device=device,
+                      deterministic=deterministic)
     res = train(bb, make_step(r, p), scenes, cfg, tmp_path, state=r.prepare(bb, p), resume=resume,
                 stop_after=stop_after)
     return bb, [h["loss"] for h in res.history], seen
@@ -175,6 +177,29 @@ def test_cuda_amp_runs_in_its_dtype_and_resumes_exactly(tmp_path, scenes, amp, d
     a, b = full_bb.model.state_dict(), bb.model.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert all(v.dtype == torch.float32 for v in b.values() if v.is_floating_point())
+
+
+def test_deterministic_mode_keeps_the_cpu_run_restores_torch_and_names_a_missing_kernel(tmp_path, scenes):
+    """--deterministic: on the CPU (exact without it) the same losses and weights; torch's global mode is
+    switched on only during the run and back after it, also after a failure; an operation with no
+    deterministic kernel stops the run with a one-line error that names it."""
+    bb, plain, _ = run_contrastive(tmp_path / "plain", scenes, "off")
+    det_bb, det, _ = run_contrastive(tmp_path / "det", scenes, "off", deterministic=True)
+    assert det == plain
+    a, b = bb.model.state_dict(), det_bb.model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.are_deterministic_algorithms_enabled()
+    inside = []
+
+    def no_kernel(backbone, batch, **_):
+        inside.append(torch.are_deterministic_algorithms_enabled())
+        torch.zeros(3).put_(torch.tensor([0, 0]), torch.ones(2))  # put_ without accumulate: no deterministic kernel
+        raise AssertionError("put_ ran")
+
+    cfg = TrainConfig(steps=1, batch_size=4, seed=0, deterministic=True)
+    with pytest.raises(CapscoreError, match=r"^--deterministic: put_ does not have a deterministic implementation"):
+        train(fresh(), no_kernel, scenes, cfg, tmp_path / "bad")
+    assert inside == [True] and not torch.are_deterministic_algorithms_enabled()
 
 
 def test_amp_modes_and_cpu_fp16_refused():
@@ -230,3 +255,8 @@ def test_cli_train_writes_loadable_checkpoint_and_card(tmp_path):
     assert back.context_length == 248
     assert main(argv + ["--set", "nope=1"]) == 2  # user error: one line, exit 2
     assert main(argv + ["--amp", "fp16"]) == 2  # fp16 autocast needs CUDA
+    assert main(argv + ["--deterministic", "--out", str(tmp_path / "det")]) == 0
+    def config(run):  # the loop's settings as the run's last checkpoint records them
+        return json.loads(next((run / "checkpoints").glob("step-*/trainer.json")).read_text())["config"]
+
+    assert config(tmp_path / "det")["deterministic"] is True and config(out)["deterministic"] is False

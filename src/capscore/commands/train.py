@@ -36,6 +36,9 @@ def configure(p) -> None:
     p.add_argument("--amp", choices=AMP_MODES, default="auto",
                    help="mixed precision: auto (default) autocasts on CUDA (bf16, else fp16) and trains fp32 on "
                         "CPU; bf16 autocasts on CPU too (faster on CPUs with bf16 units); off: fp32 everywhere")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels only (torch.use_deterministic_algorithms): bit-reproducible CUDA "
+                        "runs, a little slower; an operation without one stops the run. The CPU is exact without it")
     p.add_argument("--eval-every", type=non_negative_int, default=0, help="evaluate every N steps (always before and after)")
     p.add_argument("--eval-scenes", type=non_negative_int, default=48, help="held-out scenes for evaluation (0: none)")
     p.add_argument("--languages", default="de,fr,es,ja", help="prmcs: student languages (scenes data)")
@@ -140,6 +143,7 @@ def run(args) -> int:
     opt = optimiser_settings(recipe, args)
     cfg = TrainConfig(seed=args.seed, device=args.device, eval_every=args.eval_every, ckpt_every=args.ckpt_every,
                       keep_checkpoints=args.keep_checkpoints, amp=args.amp,
+                      deterministic=args.deterministic,
                       tensorboard=args.tensorboard, **schedule_settings(recipe, args), **opt)
     bb = load_backbone(model_spec, device=args.device, dtype=args.dtype, seed=args.seed)
     state = recipe.prepare(bb, params)

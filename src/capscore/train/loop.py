@@ -3,7 +3,7 @@
 A recipe supplies ``step_fn(backbone, batch, *, step, state, rng) -> (loss, logs)``;
 this loop owns everything else: the data order, AdamW with warmup + cosine decay,
 gradient accumulation, mixed precision (``amp``: by default autocast on CUDA and fp32 on CPU;
-``amp="bf16"`` autocasts on CPU too), gradient all-reduce across
+``amp="bf16"`` autocasts on CPU too), deterministic kernels on request (``deterministic``), gradient all-reduce across
 ``torchrun`` processes, periodic evaluation, JSONL logs (+ TensorBoard when
 installed and asked for), checkpoints and exact resume.
 
@@ -28,6 +28,7 @@ import os
 import random
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -71,6 +72,7 @@ class TrainConfig:
     tensorboard: bool = False
     no_decay: tuple[str, ...] = ()  # extra parameter-name substrings exempt from weight decay
     amp: str = "auto"  # autocast: "auto" (CUDA: bf16 where supported, else fp16; CPU: off), "bf16", "fp16", "off"
+    deterministic: bool = False  # torch.use_deterministic_algorithms during the run (for CUDA; the CPU loop is exact anyway)
 
 
 @dataclass
@@ -324,6 +326,43 @@ def train(
     stop_after: int | None = None,
 ) -> TrainResult:
     """Train ``backbone.model`` in place; ``stop_after`` ends early (for interruption tests)."""
+    with deterministic_algorithms(cfg.deterministic, backbone.device):
+        return _train(backbone, step_fn, examples, cfg, out, state=state, evaluate=evaluate, resume=resume,
+                      stop_after=stop_after)
+
+
+@contextmanager
+def deterministic_algorithms(on: bool, device: torch.device):
+    """``cfg.deterministic``: torch's deterministic algorithms for the run, the previous mode restored after.
+
+    On the CPU the loop is already bit-reproducible for a seed (``tests/test_train_scenes_tiny.py``); on CUDA
+    some kernels are not (atomic adds: e.g. ``scatter_add_`` in the FILIP term's backward, and cuBLAS's
+    split reductions), and two identical runs drift apart (docs/train.md). This switches CUDA to the
+    deterministic kernels torch has (``torch.use_deterministic_algorithms``, which covers ``scatter_add_``
+    and cuDNN) and sets ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (cuBLAS's condition for reproducible GEMMs;
+    a value the user set is kept). An operation that has no deterministic kernel on the device stops the
+    run with a one-line error naming it, instead of training non-reproducibly."""
+    if not on:
+        yield
+        return
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    was, was_warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    except RuntimeError as e:
+        msg = str(e)
+        if "use_deterministic_algorithms" not in msg:
+            raise
+        raise CapscoreError(f"--deterministic: {msg.split('. ')[0].strip()} on {device.type}; "
+                            "train without --deterministic") from None
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=was_warn)
+
+
+def _train(backbone: Backbone, step_fn: StepFn, examples, cfg: TrainConfig, out, *, state, evaluate, resume,
+           stop_after) -> TrainResult:
     out = Path(out)
     world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
     if world > 1 and not torch.distributed.is_initialized():
