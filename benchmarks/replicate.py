@@ -23,7 +23,8 @@ Experiments (see each function's docstring):
            wrong unit is a controlled false fact.
 ``specs-grid``  SPECS Table 5 at miniature scale: from the same start, SPECS with α:β:γ = 1:8:0.8
            (the paper's), 1:8:0.6, 1:9:0.8, with a fixed ε = 1e-3 instead of the dynamic margin, and
-           (not in the paper) 1:8:8, a dose check of the negative term; ``--grid-rows`` picks rows.
+           (not in the paper) 1:8:8, a dose check of the negative term, and 1:8:0.8 with controlled d⁻
+           (d⁺ made false about the image instead of another pair's shuffled unit); ``--grid-rows`` picks rows.
 ``prmcs``  PR-MCS: per seed, distil a multilingual student from ``--model``, then fine-tune it in three
            arms (control without the perturbation terms, the paper's λ, ×10) with equal steps; % score
            drop per language and per perturbation (trains: ``--distill-steps``, ``--train-steps``,
@@ -343,9 +344,13 @@ def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
 # Table 5 of SPECS at miniature scale: the loss-weight rows (α:β:γ) and the loss-type row (a fixed
 # ε = 1e-3 instead of the dynamic margin), each a SPECS run from the same start as ``specs``'s;
 # the paper's setting 1:8:0.8 with the dynamic margin is the ``specs`` experiment's own SPECS arm.
-# The last row is not in the paper's table: ten times its γ, a dose check of the negative-detail term.
+# The last two rows are not in the paper's table: ten times its γ, a dose check of the negative-detail
+# term, and the paper's setting with controlled d⁻ (d⁺ made false about the image, the kind SR_neg is
+# measured on here, instead of another pair's shuffled unit): whether the paper's negatives are what
+# keeps SR_neg down in the miniature.
 SPECS_GRID = {"1:8:0.8 (paper)": (), "1:8:0.6": ("gamma=0.6",), "1:9:0.8": ("beta=9",),
-              "fixed ε=1e-3": ("fixed_margin=0.001",), "1:8:8 (γ ×10)": ("gamma=8",)}
+              "fixed ε=1e-3": ("fixed_margin=0.001",), "1:8:8 (γ ×10)": ("gamma=8",),
+              "1:8:0.8, controlled d⁻": ("negatives=controlled",)}
 
 
 def _grid_tag(sets: tuple[str, ...]) -> str:

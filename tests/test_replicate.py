@@ -154,11 +154,13 @@ def test_smoke_specs_grid_trains_each_table5_row_from_the_shared_start(tmp_path)
                      "--out", str(out)]) == 0
     runs = {p.parent.name: json.loads((p.parent / "card.json").read_text())
             for p in work.glob("specs-s1/*/model.safetensors")}
-    assert sorted(runs) == ["grid-beta9", "grid-fixed_margin0.001", "grid-gamma0.6", "grid-gamma8", "long", "specs"]
+    assert sorted(runs) == ["grid-beta9", "grid-fixed_margin0.001", "grid-gamma0.6", "grid-gamma8",
+                            "grid-negativescontrolled", "long", "specs"]
     paper = runs["specs"]["recipe_params"]
     assert (paper["alpha"], paper["beta"], paper["gamma"], paper["fixed_margin"]) == (1.0, 8.0, 0.8, None)
     changed = {"grid-beta9": {"beta": 9.0}, "grid-gamma0.6": {"gamma": 0.6},
-               "grid-fixed_margin0.001": {"fixed_margin": 0.001}, "grid-gamma8": {"gamma": 8.0}}
+               "grid-fixed_margin0.001": {"fixed_margin": 0.001}, "grid-gamma8": {"gamma": 8.0},
+               "grid-negativescontrolled": {"negatives": "controlled"}}
     for name, diff in changed.items():  # each row differs from the paper's setting in its own knob only
         p = runs[name]["recipe_params"]
         assert {k: v for k, v in p.items() if paper.get(k) != v} == diff

@@ -156,3 +156,33 @@ def test_specs_on_scenes_trains_every_step_of_the_exact_units():
     rng = random.Random(0)
     seen = {specs_triplet(e, rng) for _ in range(300)}
     assert seen == {(" ".join(e.units[:j]), e.units[j]) for j in range(1, len(e.units))}
+
+
+def test_specs_controlled_negatives_are_the_drawn_unit_made_false():
+    """negatives=controlled (a diagnostic, not the paper's d⁻): d⁻ is d⁺ -- unit j + 1 of the drawn prefix --
+    made false about the image (``Scene.false_detail_units``; ``_corrupt``'s falsity is tested in
+    test_scenes.py), so c_j + d⁺ and c_j + d⁻ differ in one fact; the paper's batch negatives keep their
+    draws; data without the scene graph is refused naming the example."""
+    import random
+
+    from capscore.train.data import negative_detail, scene_examples
+    from capscore.train.recipes import specs_triplets
+
+    ex = [e for e in scene_examples(8, seed=4) if len(e.units) > 2]
+    assert all(len(e.false_units) == len(e.units) for e in ex)
+    assert all(f != u for e in ex for f, u in zip(e.false_units, e.units))
+    assert [e.false_units for e in ex] == [e.false_units for e in scene_examples(8, seed=4) if len(e.units) > 2]
+    trip, neg = specs_triplets(ex, random.Random(3), negatives="controlled")
+    for e, (base, pos), d in zip(ex, trip, neg):
+        j = next(k for k in range(1, len(e.units)) if " ".join(e.units[:k]) == base)  # the prefix drawn
+        assert pos == e.units[j] and d == e.false_units[j]
+    rng, ref = random.Random(3), random.Random(3)
+    trip_b, neg_b = specs_triplets(ex, rng, negatives="batch", shuffle_prob=0.9)
+    want = [specs_triplet(e, ref) for e in ex]
+    assert trip_b == want
+    assert neg_b == [negative_detail([d for _, d in want], i, ref, shuffle_prob=0.9) for i in range(len(ex))]
+    jsonl = Example(None, "a b", base="a dog", detail="on grass", source="t.jsonl:4")
+    with pytest.raises(InputError, match="t.jsonl:4: negatives=controlled needs scene examples"):
+        specs_triplets([jsonl], random.Random(0), negatives="controlled")
+    with pytest.raises(CapscoreError, match="negatives"):
+        get_recipe("specs").prepare(None, {**get_recipe("specs").params, "negatives": "mixed"})

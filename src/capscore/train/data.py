@@ -49,6 +49,7 @@ class Example:
     gen_caption: str | None = None
     source: str = ""  # file:line or scene id, for errors
     units: tuple[str, ...] = ()  # SPECS detail units of ``caption`` (when base/detail are not given)
+    false_units: tuple[str, ...] = ()  # scenes: each unit made false about the image (specs, negatives=controlled)
     perturbed_by_lang: tuple[tuple[str, tuple[str, ...]], ...] = ()  # {"lang": [...]} form of ``perturbed``
     extra: dict = field(default_factory=dict, compare=False, repr=False)  # e.g. the Scene object
     negative: str | None = None  # a hard-negative caption of ``image`` (scenes-tiny recipe)
@@ -150,8 +151,12 @@ def scene_examples(n: int, *, seed: int = 0, split: str = "train", size: int = 6
     are skipped by :func:`specs_units`); translations = the short caption in
     ``languages``; gen_image = the same scene graph re-rendered with every object moved
     inside its grid cell (relations unchanged); gen_caption = a paraphrase of the short
-    caption.
+    caption; false_units = each unit made false about the scene
+    (:meth:`~capscore.scenes.graph.Scene.false_detail_units`, drawn from their own stream, so the other
+    fields are what they were before it existed).
     """
+    import numpy as np
+
     from capscore.scenes import generate_scenes
 
     out = []
@@ -167,6 +172,7 @@ def scene_examples(n: int, *, seed: int = 0, split: str = "train", size: int = 6
             translations=tuple((lang, tr[lang]) for lang in languages) + (("en", sc.short_caption()),),
             gen_image=ImageRef(image=rerender(sc), name=sc.id + "/rerendered"),
             gen_caption=para[0] if para else sc.short_caption(),
+            false_units=tuple(sc.false_detail_units(np.random.default_rng([seed, sc.index, 1907]))),
             source=sc.id, extra={"scene": sc},
         ))
     return out

@@ -13,7 +13,8 @@ hyper-parameters with defaults (``--set key=value`` overrides them), a
                  to 248 first when the tower has 77 positions (SPECS builds on LongCLIP);
                  without ``base``/``detail`` the caption's detail units give the triplets.
                  ``theta`` (logit | cosine) and ``margin`` (carried | per-batch) choose
-                 between the reference code (default) and the printed eqs. 3-4
+                 between the reference code (default) and the printed eqs. 3-4; ``negatives``
+                 (batch | controlled) between the paper's d⁻ and a scene unit made false
 ``prmcs``        PR-MCS: ``distill_steps`` of multilingual distillation of a student text
                  tower (a copy of the CLIP text tower) into the frozen teacher, then
                  PR-MCS fine-tuning of the student with the five perturbations (or the
@@ -93,7 +94,8 @@ def _specs_prepare(bb, p):
     from capscore.errors import param_error
     from capscore.probes.segment import GRAMMARS
 
-    for key, ok in (("theta", obj.SPECS_THETAS), ("margin", obj.SPECS_MARGINS), ("grammar", tuple(GRAMMARS))):
+    for key, ok in (("theta", obj.SPECS_THETAS), ("margin", obj.SPECS_MARGINS), ("grammar", tuple(GRAMMARS)),
+                    ("negatives", SPECS_NEGATIVES)):
         if p[key] not in ok:
             raise param_error(key, "the specs recipe (--set)", " or ".join(repr(o) for o in ok), p[key])
     _common_prepare(bb, p)
@@ -106,16 +108,47 @@ def specs_triplet(e: Example, rng: random.Random) -> tuple[str, str]:
     "every subsequence of detail units, built cumulatively from left to right,
     constitutes a valid caption"; §4.3 does not say how the j of a draw is chosen --
     capscore draws one per example per step, so an epoch sees each image once)."""
+    return _specs_draw(e, rng)[:2]
+
+
+def _specs_draw(e: Example, rng: random.Random) -> tuple[str, str, int | None]:
+    """:func:`specs_triplet` and the index of d⁺ among ``e.units`` (None for a given base/detail)."""
     if e.base and e.detail:
-        return e.base, e.detail
+        return e.base, e.detail, None
     j = rng.randrange(1, len(e.units))
-    return " ".join(e.units[:j]), e.units[j]
+    return " ".join(e.units[:j]), e.units[j], j
+
+
+# Where the specs recipe's d⁻ comes from: "batch" is the paper's (§4.3: "randomly sampling a detail unit from
+# another image-caption pair in the batch", word-shuffled with ``shuffle_prob``); "controlled" is not in
+# the paper: d⁺ made false about the image (``Example.false_units``, scene examples only), the minimal
+# false fact that ``benchmarks/replicate.py`` evaluates SR_neg on -- a diagnostic of whether the paper's
+# negatives are what keeps SR_neg down in the miniature (docs/replications.md).
+SPECS_NEGATIVES = ("batch", "controlled")
+
+
+def specs_triplets(batch: list[Example], rng: random.Random, *, negatives: str = "batch",
+                   shuffle_prob: float = 0.9) -> tuple[list[tuple[str, str]], list[str]]:
+    """(c_j, d⁺) per example (:func:`specs_triplet`) and d⁻ per example (``negatives``:
+    :data:`SPECS_NEGATIVES`)."""
+    from capscore.errors import InputError
+
+    draws = [_specs_draw(e, rng) for e in batch]
+    trip = [(b, d) for b, d, _ in draws]
+    if negatives == "batch":
+        details = [d for _, d in trip]
+        return trip, [negative_detail(details, i, rng, shuffle_prob=shuffle_prob) for i in range(len(batch))]
+    neg = []
+    for e, (_, _, j) in zip(batch, draws):
+        if j is None or len(e.false_units) != len(e.units):
+            raise InputError(e.source or "example", "negatives=controlled needs scene examples (their units made "
+                             "false come from the scene graph); this one has none", got=e.detail or e.caption)
+        neg.append(e.false_units[j])
+    return trip, neg
 
 
 def _specs_step(bb, batch, *, p, pixels, state, rng, **_):
-    trip = [specs_triplet(e, rng) for e in batch]
-    details = [d for _, d in trip]
-    neg = [negative_detail(details, i, rng, shuffle_prob=p["shuffle_prob"]) for i in range(len(batch))]
+    trip, neg = specs_triplets(batch, rng, negatives=p["negatives"], shuffle_prob=p["shuffle_prob"])
     texts = [e.caption for e in batch] + [b for b, _ in trip]
     texts += [f"{b} {d}" for b, d in trip] + [f"{b} {n}" for (b, _), n in zip(trip, neg)]
     t = encode_texts(bb, texts).view(4, len(batch), -1)  # (4, B, D): caption, c_j, c_j+d⁺, c_j+d⁻
@@ -236,7 +269,8 @@ RECIPES: dict[str, Recipe] = {
                citation="Radford et al., 2021 (CLIP)"),
         Recipe("specs", ("caption",),
                dict(COMMON, stretch=1, alpha=1.0, beta=8.0, gamma=0.8, fixed_margin=None, margin_max=1.5,
-                    shuffle_prob=0.9, symmetric=0, theta="logit", margin="carried", grammar="capscore"),
+                    shuffle_prob=0.9, symmetric=0, theta="logit", margin="carried", grammar="capscore",
+                    negatives="batch"),
                _specs_prepare, _specs_step, citation="Chen, Salazar, Kementchedjhieva, 2025 (SPECS), eqs. 3-4",
                # §4.3: "Adam ... learning rate of 1e-5, weight decay of 1e-2, batch size of 100 per GPU, and
                # gradient accumulation over 4 steps (yielding an effective batch size of 400)"; Adam's
