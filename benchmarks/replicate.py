@@ -247,17 +247,20 @@ def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
 SPECS_OPTIM = ("--accum", "1", "--weight-decay", "0.01", "--betas", "0.9,0.999", "--eps", "1e-8")
 
 
-def _specificity_items(scenes, seed: int):
+def _specificity_items(scenes, seed: int, *, pairs: list | None = None):
     """Held-out long captions with a *controlled* wrong unit per step: the wrong detail for step k is
     the true unit k+1 made false about the image (one colour / shape / count / region / total changed,
     or a relation reversed: ``capscore.scenes.captions._corrupt``), so P_k + wrong and P_{k+1} differ in
-    exactly one false fact (SPECS §3.2: the wrong detail must not be true of the image)."""
+    exactly one false fact (SPECS §3.2: the wrong detail must not be true of the image). ``pairs``, when
+    given, receives each scene's (true units, wrong units) as structured units (``benchmarks/specs_by_kind.py``)."""
     from capscore.probes.formats import ProbeItem
     from capscore.scenes.lexicon import realise
 
     items, units = [], []
     for i, s in enumerate(scenes):
         true, wrong = _true_and_wrong_units(s, np.random.default_rng([seed, i]))
+        if pairs is not None:
+            pairs.append((true, wrong))
         words = [realise(u, "en") for u in true]
         items.append(ProbeItem(s.id, s.render(), " ".join(words),
                                wrong_units=tuple(realise(u, "en") for u in wrong)))

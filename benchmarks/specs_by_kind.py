@@ -37,11 +37,9 @@ def by_kind(model: str, seed: int, n: int, eval_seed: int) -> tuple[dict, dict]:
     from capscore.probes.run import run_specificity
 
     enc, scenes = rep._heldout(model, seed, n, eval_seed)
-    items, units = rep._specificity_items(scenes, eval_seed + seed)
-    kinds = []
-    for i, s in enumerate(scenes):  # the same draws as _specificity_items: its wrong units, their kinds
-        true, wrong = rep._true_and_wrong_units(s, np.random.default_rng([eval_seed + seed, i]))
-        kinds.append([kind(t, w) for t, w in zip(true[1:], wrong)])
+    pairs: list = []
+    items, units = rep._specificity_items(scenes, eval_seed + seed, pairs=pairs)
+    kinds = [[kind(t, w) for t, w in zip(true[1:], wrong)] for true, wrong in pairs]
     wins, gaps = defaultdict(list), defaultdict(list)
     for row, ks in zip(run_specificity(enc, items, units=units, seed=eval_seed + seed).rows, kinds):
         ps, ws = row["prefix_scores"], row["wrong_scores"]
