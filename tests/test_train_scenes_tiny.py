@@ -489,6 +489,26 @@ def test_single_object_curriculum_changes_only_the_first_micro_batches():
         recipe.prepare(None, resolve_params(recipe, {"single_object_steps": "-1"}))
 
 
+def test_min_objects_crowds_the_scenes_after_the_single_object_phase():
+    """--set min_objects=m: after the single-object phase every training scene holds m .. 6 objects; the
+    single-object phase is unchanged, and m = 1 is the default stream micro-batch for micro-batch."""
+    from capscore.train.recipes import get_recipe, resolve_params
+
+    crowded = SceneStream(3, single_until=1, min_objects=3)
+    assert {len(e.extra["scene"].objects) for e in crowded.batch(0, 16)} == {1}
+    counts = [len(e.extra["scene"].objects) for k in (1, 2) for e in crowded.batch(k, 32)]
+    assert min(counts) == 3 and max(counts) == 6
+    default = SceneStream(3)
+    assert min(len(e.extra["scene"].objects) for k in (1, 2) for e in default.batch(k, 32)) < 3
+    one = SceneStream(3, min_objects=1)
+    assert [(e.caption, e.negative) for e in one.batch(4, 12)] == [(e.caption, e.negative) for e in default.batch(4, 12)]
+    recipe = get_recipe("scenes-tiny")
+    assert recipe.data(None, resolve_params(recipe, {"min_objects": "4"}), seed=0).min_objects == 4
+    for bad in ("0", "7", "two"):
+        with pytest.raises(CapscoreError, match="min_objects"):
+            recipe.prepare(None, resolve_params(recipe, {"min_objects": bad}))
+
+
 def test_a_v3_run_exports_the_two_bundled_files_and_its_claims_are_the_shipped_files(tmp_path):
     """OUT/scenes-tiny.safetensors names its architecture (v3: 96 px, conv stem), so the bundled loader
     rebuilds it with no hint; OUT/scenes-tiny.json's evaluation is measured on that fp16 file."""
