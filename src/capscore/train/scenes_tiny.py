@@ -256,14 +256,12 @@ def prepare(bb: Backbone, p: dict) -> dict:
 
 
 def _min_objects(p: dict) -> int:
-    from capscore.scenes.graph import MAX_OBJECTS
+    from capscore.scenes.vocab import MAX_OBJECTS
 
-    try:
-        n = int(str(p["min_objects"]))
-    except ValueError:
-        n = 0
-    if not 1 <= n <= MAX_OBJECTS:
-        raise param_error("min_objects", "the scenes-tiny recipe (--set)", f"an int in [1, {MAX_OBJECTS}]", p["min_objects"])
+    expected = f"a whole number in [1, {MAX_OBJECTS}]"
+    n = _whole(p, "min_objects", 1, expected)
+    if n > MAX_OBJECTS:
+        raise param_error("min_objects", "the scenes-tiny recipe (--set)", expected, p["min_objects"])
     return n
 
 
