@@ -174,8 +174,7 @@ class SceneStream:
         from capscore.scenes import generate_scenes
         from capscore.scenes.captions import counterfactual
 
-        one = (dict(min_objects=1, max_objects=1) if k < self.single_until
-               else dict(min_objects=self.min_objects) if self.min_objects > 1 else {})
+        one = dict(min_objects=1, max_objects=1) if k < self.single_until else dict(min_objects=self.min_objects)
         scenes = generate_scenes(batch_size, seed=self.seed, split="train", size=self.size, start=k * batch_size,
                                  **one)
         rng = np.random.default_rng([self.seed, k, 17])
