@@ -66,8 +66,8 @@ Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and `
   minimal pairs (0.43 → 0.19), which ``twins=0.5`` restores (0.69);
 * **crowded scenes** (``min_objects`` = m, default 1): after the single-object phase the scenes hold
   m .. 6 objects instead of 1 .. 6 (evaluation is unchanged: ``capscore scenes eval`` draws 1 .. 6). Why:
-  the bundled v4's remaining count errors are in scenes of four to six objects, its single-object scenes
-  are solved, and seen count follows the number of training pairs (docs/scenes.md, "Crowded scenes");
+  the first v4 file's remaining count errors were in scenes of four to six objects, its single-object
+  scenes solved, and seen count follows the number of training pairs (docs/scenes.md, "Crowded scenes");
   spending stage 2's pairs where the errors are is the idea, the value of m this recipe's choice;
 * **bound negatives** (``bound_negatives`` = p, default 0): with probability p a colour, shape, count or
   hallucination negative is drawn among the *bound* errors of its scene (``make_flaw(bound=True)``: the
