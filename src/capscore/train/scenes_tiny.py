@@ -257,11 +257,7 @@ def prepare(bb: Backbone, p: dict) -> dict:
 def _min_objects(p: dict) -> int:
     from capscore.scenes.vocab import MAX_OBJECTS
 
-    expected = f"a whole number in [1, {MAX_OBJECTS}]"
-    n = _whole(p, "min_objects", 1, expected)
-    if n > MAX_OBJECTS:
-        raise param_error("min_objects", "the scenes-tiny recipe (--set)", expected, p["min_objects"])
-    return n
+    return _whole(p, "min_objects", 1, f"a whole number in [1, {MAX_OBJECTS}]", most=MAX_OBJECTS)
 
 
 def _patch_drop(p: dict) -> float:
@@ -308,12 +304,12 @@ def _steps(p: dict, name: str) -> int:
     return _whole(p, name, 0, "a number of steps >= 0")
 
 
-def _whole(p: dict, name: str, least: int, expected: str) -> int:
+def _whole(p: dict, name: str, least: int, expected: str, most: int | None = None) -> int:
     try:
         n = int(str(p[name]))
     except ValueError:
         n = least - 1
-    if n < least:
+    if n < least or (most is not None and n > most):
         raise param_error(name, "the scenes-tiny recipe (--set)", expected, p[name])
     return n
 
