@@ -25,9 +25,6 @@ from capscore.commands import _shards
 from capscore.commands._args import add_device, add_metric, add_model, non_negative_int, output_dir, positive_int, refuse_input_as_output
 from capscore.errors import CapscoreError
 
-CORRELATE_METRICS = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs")
-
-
 def configure(p) -> None:
     from capscore.meta.datasets import DATASETS
     from capscore.meta.video import VIDEO_DATASETS
@@ -38,9 +35,9 @@ def configure(p) -> None:
     p.add_argument("--split", help="split of a parquet dataset folder (e.g. test, test.desc)")
     p.add_argument("--coco-captions", metavar="FILE", help="FOIL: COCO captions_val2014.json (references)")
     add_model(p, default=None)
-    from capscore.scores.video import VIDEO_METRICS
+    from capscore.scores.metric import metric_names
 
-    add_metric(p, tuple(dict.fromkeys(CORRELATE_METRICS + tuple(VIDEO_METRICS))))  # video ones: video datasets
+    add_metric(p, metric_names())  # a video metric on a video dataset, an image metric on an image dataset
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")
     p.add_argument("--scores", metavar="FILE", help="external scores (JSONL/CSV/Parquet with id and score)")
     p.add_argument("--human", metavar="FILE", help="human scores (JSONL/CSV with id and score) for --scores")
@@ -158,19 +155,22 @@ def _score_and_correlate(args, ds, common):
     from capscore.embed.engine import MemoryCache
     from capscore.engines.ray import make_encoder
     from capscore.meta.evaluate import evaluate
-    from capscore.scores.clipscore import get_metric
+    from capscore.pipeline import check_fit
+    from capscore.scores.metric import get_metric
 
     metrics = [get_metric(m) for m in args.metric]  # unknown names fail before any model loads
+    for m in metrics:
+        if "image" not in m.media:
+            raise CapscoreError(f"--metric {m.name} scores videos; {args.dataset} is an image dataset")
     cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
     results = []
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
         ds = _drawn_for(backbone, ds, lambda size: _load(args, size=size))
-        from capscore.commands.score import warn_metric_fit
-
-        for name in args.metric:
-            warn_metric_fit(name, backbone)
-        encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size, cache=cache,
+        for m in metrics:
+            check_fit(m, backbone)
+        encoder = make_encoder(backbone, spec=spec, ray=_shards.ray_options_if(args), device=args.device,
+                               dtype=args.dtype, seed=args.seed, batch_size=args.batch_size, cache=cache,
                                progress=not is_quiet())
         with progress(len(metrics), desc=f"correlate {spec}", unit="metric") as bar:
             for m in metrics:
@@ -256,7 +256,7 @@ def _run_video(args) -> int:
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import Encoder, MemoryCache
     from capscore.meta.video import evaluate_video, load_video_dataset
-    from capscore.scores.video import get_video_metric
+    from capscore.scores.video import VIDEO_METRICS, get_video_metric
 
     if args.scores or args.export_items:
         raise CapscoreError(f"--scores/--export-items are not available for the video dataset {args.dataset}")
@@ -266,6 +266,9 @@ def _run_video(args) -> int:
         raise CapscoreError("--bootstrap must be >= 0 and --batch-size >= 1")
     if args.dataset != "scenes-video" and not args.videos:
         raise CapscoreError(f"--videos DIR is required for {args.dataset} (its video files, VIDEO_ID.mp4)")
+    for m in args.metric:
+        if m not in VIDEO_METRICS:
+            raise CapscoreError(f"--metric {m} scores images; {args.dataset} is a video dataset")
     metrics = [get_video_metric(m) for m in args.metric]
     sampling = Sampling.parse(args.frames or "uniform:10")
     ds = load_video_dataset(args.dataset, args.path, args.videos, seed=args.seed, n_scenes=args.scenes)

@@ -34,8 +34,9 @@ from capscore.meta import stats as S
 from capscore.meta.datasets import (
     HUMAN_COLUMNS, PASCAL_ORDER, DatasetSpec, PairSet, RatingSet, _number, get_dataset, read_rows,
 )
-from capscore.scores.clipscore import MetricSpec, get_metric, resolve_prefix
-from capscore.scores.scorer import score_records
+from capscore.pipeline import score_all
+from capscore.scores.clipscore import resolve_prefix
+from capscore.scores.metric import Metric, get_metric
 
 
 @dataclass(frozen=True)
@@ -77,12 +78,12 @@ class CorrelationResult:
 
 
 # ------------------------------------------------------------------------------------ scoring
-def score_many(records: Iterable[Record], encoder: Encoder, metric: MetricSpec, *, prefix: str | None,
-               skip_bad: bool, skipped: dict[str, int]) -> dict[str, float]:
+def score_many(records: Iterable[Record], encoder: Encoder, metric: Metric, *, prefix: str | None,
+               skip_bad: bool, skipped: dict[str, int], options: Mapping | None = None) -> dict[str, float]:
     """id -> score for every record that could be scored; failures are counted in ``skipped``
     (with ``skip_bad``) or raised (without)."""
     out: dict[str, float] = {}
-    for row in score_records(records, encoder, metric, prefix=prefix, skip_bad=skip_bad):
+    for row in score_all(records, encoder, metric, prefix=prefix, options=options, skip_bad=skip_bad):
         if row["score"] is None or not math.isfinite(row["score"]):
             why = (row.get("error") or "could not be scored").split(": ")[-1]
             skipped[why] = skipped.get(why, 0) + 1
@@ -126,7 +127,7 @@ def rating_stats(metric, human, columns: Sequence[str], *, groups: Sequence[str]
     return out
 
 
-def evaluate_ratings(ds: RatingSet, encoder: Encoder, metric: str | MetricSpec, *,
+def evaluate_ratings(ds: RatingSet, encoder: Encoder, metric: str | Metric, *,
                      columns: Sequence[str] | None = None, prefix: str | None = None, n_resamples: int = 1000,
                      seed: int = 0, confidence: float = 0.95, skip_bad: bool = False) -> CorrelationResult:
     """Score every rated caption and correlate with the human scores."""
@@ -162,7 +163,7 @@ def _outcomes(ds: PairSet, scores: Mapping[str, float], ties: str) -> tuple[np.n
     return S.pair_outcomes(a, b, [ds.items[i].label for i in keep], ties=ties), keep
 
 
-def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | MetricSpec, *, prefix: str | None = None,
+def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | Metric, *, prefix: str | None = None,
                    ties: str | None = None, ref_sample: int | None = 5, ref_draws: int = 5,
                    n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
                    skip_bad: bool = False) -> CorrelationResult:
@@ -228,7 +229,7 @@ def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | MetricSpec, *, p
     return _result(ds, spec, encoder, prefix, len(keep), stats, skipped, seed, n_resamples, params)
 
 
-def evaluate(ds: RatingSet | PairSet, encoder: Encoder, metric: str | MetricSpec, **options) -> CorrelationResult:
+def evaluate(ds: RatingSet | PairSet, encoder: Encoder, metric: str | Metric, **options) -> CorrelationResult:
     """Dispatch on the dataset kind (see :func:`evaluate_ratings` and :func:`evaluate_pairs`)."""
     if isinstance(ds, PairSet):
         options.pop("columns", None)
