@@ -30,7 +30,8 @@ PWNED = "<script>document.title='pwned'</script>"
 
 # ====================================================================================== making outputs
 def _score(root, *args) -> None:
-    argv = ["-q", "score", "--cache-dir", str(root / "cache"), *map(str, args)]
+    cache = [] if "--no-cache" in args else ["--cache-dir", str(root / "cache")]
+    argv = ["-q", "score", *cache, *map(str, args)]
     assert main(argv) == 0, argv
 
 
@@ -104,6 +105,7 @@ def _check_stats(table_rows, head, frame: pd.DataFrame, parts=()):
     """The page's per-system rows against numpy on the rows file (grouped here, not by capscore)."""
     got = {r[0]: r for r in table_rows if r}
     frame = frame[frame["score"].notna()]
+    frame = frame.assign(system=frame["system"].fillna("").replace("", "(none)"))  # the page's name for no system
     assert set(got) == set(frame["system"]), (set(got), set(frame["system"]))
     for system, g in frame.groupby("system"):
         x = g["score"].to_numpy(float)
