@@ -510,7 +510,7 @@ def section_explain(runs: Runs) -> str:
 
 
 SECTIONS = (  # (id, heading, function, present?)
-    ("scores", "Score distributions per system", section_scores, lambda r: bool(r.scores)),
+    ("scores", "Score distributions per model, metric and system", section_scores, lambda r: bool(r.scores)),
     ("lgip", "LGIP: invariance and sensitivity", section_lgip, lambda r: bool(_probes_where(r, "invariance_error"))),
     ("perturb", "PR-MCS: score change under perturbations", section_perturb,
      lambda r: bool(_probes_where(r, "robust_rate"))),
