@@ -233,9 +233,10 @@ def discover(paths: Sequence[str | Path], *, limits: Limits = DEFAULT_LIMITS) ->
 
 
 def _listed(p: Path, root: Path) -> bool:
-    """A regular file under ``root`` that is not in a skipped folder nor a temporary or hidden file."""
+    """A regular file under ``root``, not in a skipped or hidden folder, not a temporary, lock or hidden file."""
     rel = p.relative_to(root).parts
-    if SKIP_DIRS & set(rel[:-1]) or p.name.startswith(".") or p.name.endswith((".tmp", ".lock")):
+    if (SKIP_DIRS & set(rel[:-1]) or any(part.startswith(".") for part in rel)
+            or p.name.endswith((".tmp", ".lock"))):
         return False
     try:
         return p.is_file()  # follows symlinks: a FIFO, a device (/dev/zero) or a socket is left out
