@@ -72,7 +72,8 @@ def figure(width: float, height: float):
     try:  # lazy: only `capscore report` (and explain) need matplotlib
         from matplotlib.figure import Figure
     except ImportError:
-        raise CapscoreError("capscore report draws its plots with matplotlib; pip install 'capscore[report]' (or matplotlib)") from None
+        raise CapscoreError("capscore report draws its plots with matplotlib; "
+                            "pip install 'capscore[report]' (or matplotlib)") from None
 
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
