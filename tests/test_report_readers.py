@@ -166,3 +166,10 @@ def test_random_seeded_shuffle_of_columns_is_read_by_name(tmp_path):
     p.write_text(json.dumps({c: row[c] for c in cols}) + "\n")
     ((_, got),) = list(iter_score_rows(p))
     assert got["score"] == 0.25 and got["system"] == "s"
+
+
+def test_csv_rows_are_named_by_their_first_physical_line(tmp_path):
+    p = tmp_path / "x.csv"
+    p.write_text('id,image,caption,score\n1,a,"two\nlines",0.5\n2,b,c,nope\n')
+    with pytest.raises(InputError, match=r"x.csv:4: score is not a number"):
+        list(iter_score_rows(p))

@@ -265,6 +265,11 @@ def _csv_rows(path: Path, limits: Limits) -> Iterator[tuple[str, dict]]:
 
     with fb:
         reader = csv.DictReader(text_lines())
+        try:
+            if not reader.fieldnames:  # reads the header, so record line numbers start after it
+                return
+        except csv.Error as e:
+            raise InputError(f"{path}:1", csv_problem(e)) from None
         while True:
             start = reader.line_num + 1
             try:
