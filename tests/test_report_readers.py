@@ -173,3 +173,16 @@ def test_csv_rows_are_named_by_their_first_physical_line(tmp_path):
     p.write_text('id,image,caption,score\n1,a,"two\nlines",0.5\n2,b,c,nope\n')
     with pytest.raises(InputError, match=r"x.csv:4: score is not a number"):
         list(iter_score_rows(p))
+
+
+def test_distinct_systems_and_long_text_are_bounded(tmp_path):
+    from capscore.report.runs import discover
+
+    p = tmp_path / "many.jsonl"
+    p.write_text("".join(json.dumps({"id": str(i), "image": "a", "caption": "x" * 5000, "system": f"s{i}",
+                                     "score": 0.5, "error": None}) + "\n" for i in range(30)))
+    with pytest.raises(InputError, match=r"many.jsonl:20: more than 20 distinct"):
+        discover([p], limits=Limits(max_distributions=20))
+    run = discover([p], limits=Limits(max_text_chars=100)).scores[0]
+    (block,) = run.blocks.values()
+    assert len(block.systems) == 30 and all(len(c) == 100 and c.endswith("…") for *_, c in block.highest)

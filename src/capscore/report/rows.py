@@ -49,6 +49,8 @@ class Limits:
     max_json_bytes: int = 256 * 2**20  #: a whole-file JSON (summary, correlate.json, COCO results, card)
     max_png_bytes: int = 64 * 2**20  #: an explain PNG (inlined in the page as it is)
     max_png_pixels: int = 40_000_000  #: width × height of an explain PNG
+    max_distributions: int = 10_000  #: distinct (model, metric) and (model, metric, system) in one report
+    max_text_chars: int = 1_000  #: a caption or error shown on the page is cut to this length
 
 
 DEFAULT_LIMITS = Limits()

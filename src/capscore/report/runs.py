@@ -192,6 +192,20 @@ class _Reader:
         self.runs, self.limits = runs, limits
         self.seen: set[Path] = set()
         self.rows_left = limits.max_rows
+        self.dists_left = limits.max_distributions
+
+    def one_more(self, where: str) -> None:
+        """Count a new (model, metric) or (model, metric, system); refuse past ``max_distributions``."""
+        self.dists_left -= 1
+        if self.dists_left < 0:
+            raise InputError(where, f"more than {self.limits.max_distributions:,} distinct (model, metric, system) "
+                                    "in this report; not a score run capscore report can draw")
+
+    def cut(self, text: object) -> str:
+        """User text kept for the page (a caption, an error), at most ``max_text_chars`` long."""
+        text = str(text)
+        n = self.limits.max_text_chars
+        return text if len(text) <= n else text[: n - 1] + "…"
 
     def claim(self, f: Path) -> bool:
         """True the first time a file is met."""
@@ -391,13 +405,14 @@ def _add_row(run: ScoreRun, row: dict, where: str, default: dict, reader: _Reade
     key = (row.get("model") or default["model"], row.get("metric") or default["metric"])
     block = run.blocks.get(key)
     if block is None:
+        reader.one_more(where)
         block = run.blocks[key] = ScoreBlock(*key)
     score = row.get("score")
     if score is None:
         block.n_unscored += 1
         run.n_errors += 1
         if len(run.errors) < 5:
-            run.errors.append((where, str(row.get("id")), row.get("error") or "no score"))
+            run.errors.append((where, reader.cut(row.get("id")), reader.cut(row.get("error") or "no score")))
         return
     reader.rows_left -= 1
     if reader.rows_left < 0:
@@ -406,6 +421,7 @@ def _add_row(run: ScoreRun, row: dict, where: str, default: dict, reader: _Reade
     system = row.get("system") or ""
     dist = block.systems.get(system)
     if dist is None:
+        reader.one_more(where)
         dist = block.systems[system] = Dist()
     dist.scores.append(score)
     for c in PARTS:
@@ -414,7 +430,7 @@ def _add_row(run: ScoreRun, row: dict, where: str, default: dict, reader: _Reade
             acc = dist.parts.setdefault(c, [0.0, 0])
             acc[0] += v
             acc[1] += 1
-    item = (system, str(row.get("id")), str(row.get("caption")))
+    item = (system, reader.cut(row.get("id")), reader.cut(row.get("caption")))
     n = run.n_rows
     heapq.heappush(block._low, (-score, n, item))  # max-heap of the 3 lowest (negated), min-heap of the 3 highest
     heapq.heappush(block._high, (score, n, item))
