@@ -231,8 +231,9 @@ def test_ray_shard_folder_and_a_folder_of_rows_without_summary(tmp_path):
         shutil.copy(p, bare / p.name)
     body = _section(_page(tmp_path, bare), "scores")
     assert body.count("<h3>") == 2 and "?" not in "".join(re.findall(r"<h[34]>(.*?)</h[34]>", body))
-    if frame["model"].isna().all():
-        assert "metric not recorded with model not recorded" in body
+    carried = frame["model"].notna().all() and frame["metric"].notna().all()
+    expect = f"clip-s with {MODEL}" if carried else "metric not recorded with model not recorded"
+    assert body.count(f"<h4>{expect} — 3 scored</h4>") == 2
 
 
 @pytest.fixture(scope="module")
