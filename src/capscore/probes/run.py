@@ -279,8 +279,8 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     at the same position (k+1) of one other caption drawn with that generator -- the
     reference evaluation's rule; a step the other caption is too short for has no
     wrong unit (counted as invalid). ``variant="reference"`` also applies
-    :func:`capscore.probes.metrics.reference_chain` (last step dropped, score <= 0 is
-    padding, K >= 4). ``units`` overrides segmentation (scenes give exact units).
+    :func:`capscore.probes.metrics.reference_chain` (chain length = the number of positive
+    scores, as the reference ``compute_increments``; last step dropped; K >= 4). ``units`` overrides segmentation (scenes give exact units).
     """
     from capscore.probes.segment import detail_units
 
