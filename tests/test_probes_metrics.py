@@ -175,6 +175,22 @@ def test_units_tile_the_caption():
     assert " ".join(units) == cap and len(units) >= 2
 
 
+@pytest.mark.parametrize("caption,units", [
+    # chunks: "A dog lies on a rug" (PP attached, rule 2) | "near the sofa," (2nd PP: not attached) |
+    # "beside the lamp" | "a black cat." -- rule 3: "near the sofa," is led by a PP and has no verb, so it joins
+    # what follows; the merged unit is still PP-led without a verb, so it joins "a black cat." too
+    ("A dog lies on a rug near the sofa, beside the lamp a black cat.",
+     ["A dog lies on a rug", "near the sofa, beside the lamp a black cat."]),
+    # "near a door," joins "in a parked car" (rule 3); the merged unit contains a verb (parked/VBN, VERB), so it
+    # stops there and "a man waits." stays a unit of its own
+    ("A dog sits on a mat near a door, in a parked car a man waits.",
+     ["A dog sits on a mat", "near a door, in a parked car", "a man waits."]),
+])
+def test_merge_rule_3_applies_to_any_segment_led_by_a_pp(caption, units):
+    """SPECS §4.2 rule (3), "segments which start with a prepositional phrase", not only sentence-initially."""
+    assert detail_units(caption) == units
+
+
 @pytest.mark.parametrize("caption,paper,ours", [
     # Penn tags: Two/CD people/NNS are/VBP walking/VBG along/IN a/DT sandy/JJ beach/NN at/IN sunset/NN ./.
     # App. A: NP = people, a sandy beach, sunset (CD is no determiner there); VP needs NPs to the sentence end
