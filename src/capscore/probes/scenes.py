@@ -6,7 +6,8 @@ Built on the public API of :mod:`capscore.scenes` (``generate_scenes``, ``Scene.
 =====================  ===================================================================
 scenes-flips           image-to-text accuracy, correct caption vs. its twin with one
                        controlled error, one subset per error kind (color, count, relation, ...)
-scenes-lgip            LGIP on short captions; flip lists = the scenes' color and shape words
+scenes-lgip            LGIP on short captions; flip lists = the scenes' color and shape words and
+                       the count words "two".."six" (LGIP Table 2's obj / col / cnt columns)
 scenes-specificity     SPECS SR_pos / SR_neg over the scene's exact detail units; the wrong
                        unit at each step is a detail unit of another scene that the oracle
                        finds entirely false (precision 0) for this scene
@@ -74,10 +75,22 @@ def specificity_inputs(scenes, *, seed: int = 0) -> tuple[list[ProbeItem], list[
 
 
 def _lgip_lists():
+    """Flip lists of the scenes LGIP suite: the scenes' colour, shape and count words.
+
+    Counts are the lexicon's number words for 2..MAX_OBJECTS, the only counts a short caption
+    writes as a word ("four large pink diamonds"); a single object reads "a ...", which is not
+    flipped (a count flip there would need the noun re-inflected). Any other count is false for
+    the scene, so every count flip is a semantic flip, as LGIP's number-word flips (§3.2).
+    """
     from capscore.scenes import COLOR_NAMES, SHAPES
+    from capscore.scenes.lexicon import English
+    from capscore.scenes.vocab import MAX_OBJECTS
 
     colors = list(COLOR_NAMES.values()) if isinstance(COLOR_NAMES, dict) else list(COLOR_NAMES)
-    return {"color": [c for c in colors if isinstance(c, str)], "object": list(SHAPES)}
+    counts = [English.numbers[n] for n in range(2, MAX_OBJECTS + 1)]
+    # count last: each caption's generator draws color, object, count in this order, so adding the count
+    # list left the colour and shape flips (and their published numbers) as they were
+    return {"color": [c for c in colors if isinstance(c, str)], "object": list(SHAPES), "count": counts}
 
 
 def run_scenes_flips(encoder, *, args, **common):
