@@ -188,8 +188,14 @@ ZEROSHOT_SPLIT = "all"  # unseen images; shape and colour drawn independently (h
 def run_scenes_retrieval(encoder, *, args, **common):
     from capscore.probes.retrieval import run_retrieval
 
+    from capscore.probes.retrieval import RERANK_K
+
+    ranking = {}
+    if common.get("scorer_name", "cosine") != "cosine":  # ABE-CLIP Table 2: re-rank cosine's top k (or all)
+        ranking = {"scorer": common["scorer"], "scorer_name": common["scorer_name"],
+                   "rerank_k": getattr(args, "rerank", RERANK_K)}
     return run_retrieval(encoder, retrieval_set(_scenes(args.n_scenes, args.seed, encoder)), suite="scenes-retrieval",
-                         source=common.get("source", ""), seed=args.seed)
+                         source=common.get("source", ""), seed=args.seed, **ranking)
 
 
 def run_scenes_zeroshot(encoder, *, args, **common):
