@@ -154,8 +154,8 @@ def run_perturb(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairSco
     if scorer is None:
         scorer, scorer_name = get_pair_scorer("mcs"), scorer_name or "mcs"
     scorer_name = scorer_name or getattr(scorer, "name", "custom")
-    per = [[perturb(it.caption, k, p=p, seed=seed, mask=mask, objects=it.objects, **perturb_options) for k in kinds]
-           for it in items]
+    per = [[perturb(it.caption, k, p=p, seed=seed, mask=mask, objects=it.objects, lang=it.lang, **perturb_options)
+            for k in kinds] for it in items]
     imgs = [it.image for it in items]
     texts = [it.caption for it in items]
     for it, ps in zip(items, per):

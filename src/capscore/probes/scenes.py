@@ -11,7 +11,7 @@ scenes-lgip            LGIP on short captions; flip lists = the scenes' color an
 scenes-specificity     SPECS SR_pos / SR_neg over the scene's exact detail units; the wrong
                        unit at each step is a detail unit of another scene that the oracle
                        finds entirely false (precision 0) for this scene
-scenes-perturb         PR-MCS perturbations; critical objects = the scene's shape words
+scenes-perturb         PR-MCS perturbations; critical objects = the shape words of the caption
 scenes-retrieval       image<->text R@1/5/10 over held-out scenes, 5 captions each (the short
                        caption + 4 paraphrases), as Flickr30K / MSCOCO retrieval
 scenes-zeroshot        zero-shot shape (6 classes) and colour (8 classes) of single-object scenes
@@ -25,6 +25,7 @@ the train split is probed on held-out compositions.
 from __future__ import annotations
 
 import random
+import re
 import zlib
 
 import numpy as np
@@ -111,11 +112,21 @@ def run_scenes_specificity(encoder, *, args, **common):
                              variant=getattr(args, "sr_variant", "capscore"), **common)
 
 
-def run_scenes_perturb(encoder, *, args, **common):
+def shape_objects(caption: str) -> tuple[str, ...]:
+    """A scene caption's critical objects for PR-MCS substitution: the shape words it writes (singular,
+    whole words), distinct, in order of appearance -- the list Algorithm 1 shuffles."""
     from capscore.scenes import SHAPES
 
+    found = re.findall(r"\b(" + "|".join(map(re.escape, SHAPES)) + r")\b", caption)
+    return tuple(dict.fromkeys(found))
+
+
+def run_scenes_perturb(encoder, *, args, **common):
     scenes = _scenes(args.n_scenes, args.seed, encoder)
-    items = [ProbeItem(s.id, s.render(), s.short_caption(), f"scene {s.id}", tuple(SHAPES)) for s in scenes]
+    items = []
+    for s in scenes:
+        cap = s.short_caption()
+        items.append(ProbeItem(s.id, s.render(), cap, f"scene {s.id}", shape_objects(cap), lang="en"))
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     return R.run_perturb(encoder, items, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask,
                          removal=getattr(args, "removal", "keep-drawn"),
