@@ -287,7 +287,15 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     reference evaluation's rule; a step the other caption is too short for has no
     wrong unit (counted as invalid). ``variant="reference"`` also applies
     :func:`capscore.probes.metrics.reference_chain` (chain length = the number of positive
-    scores, as the reference ``compute_increments``; last step dropped; K >= 4). ``units`` overrides segmentation (scenes give exact units).
+    scores, as the reference ``compute_increments``; last step dropped; K >= 4). ``units``
+    overrides segmentation (scenes give exact units).
+
+    The score θ is the pair scorer's: cosine by default, as §3.2 defines θ ("the cosine
+    similarity between the representations of image and text"). The SPECS *metric* is "a
+    version of CLIP-Score" (§4.4); with ``scorer=get_pair_scorer("clip-s")`` every prefix is
+    scored as CLIP-S, by default with CLIPScore's "A photo depicts " prepended (its reference
+    code's prompt; the SPECS paper names no prompt) -- ``get_pair_scorer("clip-s", prefix="")``
+    (``probe --prefix ""``) scores the plain text.
     """
     from capscore.probes.segment import detail_units
 
