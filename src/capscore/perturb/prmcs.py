@@ -20,8 +20,9 @@ is shuffled until its order changes, then for j = 1..n the *last* occurrence of
 object j in the current caption is replaced by shuffled object j --
 ``shuffled[j].join(target.rsplit(objects[j], 1))``: once per object, in sequence,
 each step seeing the previous steps' result (so a word a step inserted can be
-replaced again by a later step, as in the algorithm). The paper's Fig. 13 (DE) and
-Fig. 14 (JA) substitution captions are reproduced exactly by this rule. A list
+replaced again by a later step, as in the algorithm). The paper's Fig. 12 (FR),
+Fig. 13 (DE) and Fig. 14 (JA) substitution captions are reproduced exactly by this
+rule. A list
 with fewer than two distinct objects leaves the caption unchanged (Algorithm 1:
 ``len(critical_obj_list) < 2``), and so does a replacement that happens to give
 back the original caption. One deviation: in spaced scripts an object matches
