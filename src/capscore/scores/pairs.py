@@ -40,7 +40,7 @@ class MetricPairScorer:
     (PR-MCS §3.1). The prefix is applied here, to every text the probe scores.
     """
 
-    spec: object  # capscore.scores.clipscore.MetricSpec
+    spec: object  # capscore.scores.clipscore.MetricSpec (a registry row's image formula)
     prefix: str = ""
 
     @property
@@ -50,7 +50,7 @@ class MetricPairScorer:
     def __call__(self, encoder: Encoder, images: Sequence, texts: Sequence[str]) -> torch.Tensor:
         img = encoder.encode_images(images)
         txt = encoder.encode_texts([self.prefix + t for t in texts])
-        return self.spec.compute(img, txt)
+        return self.spec.formula(img, txt)
 
 
 @dataclass(frozen=True)
@@ -67,10 +67,11 @@ class _Prefixed:
 
 def pair_scorer_names() -> list[str]:
     """Every name :func:`get_pair_scorer` accepts: cosine, abe and the reference-free registered metrics."""
-    from capscore.scores.clipscore import METRICS
+    from capscore.scores.clipscore import MetricSpec
+    from capscore.scores.metric import registry
 
-    return ["cosine", "abe"] + [m for m, spec in METRICS.items()
-                                if m not in ("cosine", "abe") and not getattr(spec, "needs_refs", False)]
+    return ["cosine", "abe"] + [n for n, m in registry().items()
+                                if isinstance(m.image, MetricSpec) and not m.needs_refs]
 
 
 def get_pair_scorer(name: str, *, prefix: str | None = None, **options) -> PairScorer:
@@ -84,7 +85,8 @@ def get_pair_scorer(name: str, *, prefix: str | None = None, **options) -> PairS
     prepends it itself, so callers pass captions as written. Reference-based metrics
     (refclip-s, refpac-s) have no pair form: a probe scores (image, text) pairs only.
     """
-    from capscore.scores.clipscore import METRICS, get_metric, resolve_prefix
+    from capscore.scores.clipscore import resolve_prefix
+    from capscore.scores.metric import METRICS, get_metric
 
     if name not in ("cosine", "abe") and options:
         raise CapscoreError(f"options {sorted(options)} apply to the abe scorer only; got scorer {name!r}")
@@ -101,5 +103,5 @@ def get_pair_scorer(name: str, *, prefix: str | None = None, **options) -> PairS
             raise CapscoreError(f"scorer {name!r} needs references; a probe scores (image, text) pairs: "
                                 f"use one of {', '.join(names)}")
         raise unknown_name("scorer", name, names)
-    spec = get_metric(name)
-    return MetricPairScorer(spec, resolve_prefix(spec, prefix))
+    row = get_metric(name)
+    return MetricPairScorer(row.image, resolve_prefix(row, prefix))
