@@ -92,10 +92,12 @@ import torch
 
 from capscore.backbones.base import Backbone
 from capscore.embed.images import ImageRef
-from capscore.errors import CapscoreError, param_error
+from capscore.errors import CapscoreError
+from capscore.scenes.vocab import MAX_OBJECTS
 from capscore.train import objectives as obj
 from capscore.train.data import Example
 from capscore.train.loop import encode_texts_bucketed
+from capscore.train.options import RecipeParams, choice, non_negative, option, probability
 
 HARD_NEGATIVE_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
 CLIP_S_PREFIX = "A photo depicts "
@@ -104,33 +106,45 @@ DENSE_TERMS = ("none", "filip")
 # The v1 bundled model's optimisation (its MODEL_CARD): used where the user passes no option.
 OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the loop's (0.9, 0.98), 1e-6
 TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
-PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
-              dense="none", dense_weight=0.0, dense_negatives="own", twins=0.0, lock_text_steps=0,
-              single_object_steps=0, bound_negatives=0.0, negatives_per_image=1, patch_dropout=0.0,
-              min_objects=1)
-START_MODEL = "openclip:scenes-tiny"  # random init from --seed
+START_MODEL = "openclip:scenes-tiny"  # random init from the seed
 
 
-def negative_mix(p: dict) -> tuple[tuple[str, ...], np.ndarray | None]:
-    """(kinds, weights or None for uniform) from the recipe parameters, checked."""
+def _kinds_ok(kinds: tuple[str, ...]) -> bool:
     from capscore.scenes import ERROR_KINDS
 
-    kinds = tuple(k.strip() for k in str(p["negative_kinds"]).split(",") if k.strip())
-    bad = [k for k in kinds if k not in ERROR_KINDS]
-    if bad or not kinds:
-        raise param_error("negative_kinds", "the scenes-tiny recipe (--set)",
-                          "a comma-separated list of " + ", ".join(ERROR_KINDS), p["negative_kinds"])
-    if not str(p["negative_weights"]).strip():
-        return kinds, None
-    try:
-        w = np.array([float(x) for x in str(p["negative_weights"]).split(",")])
-    except ValueError:
-        w = np.array([])
-    if len(w) != len(kinds) or (w < 0).any() or w.sum() <= 0:
-        raise param_error("negative_weights", "the scenes-tiny recipe (--set)",
-                          f"{len(kinds)} non-negative numbers, one per negative kind, not all zero",
-                          p["negative_weights"])
-    return kinds, w
+    return bool(kinds) and all(k in ERROR_KINDS for k in kinds)
+
+
+@dataclass(frozen=True)
+class ScenesTinyParams(RecipeParams):
+    """The scenes-tiny recipe's parameters (each described in the module docstring)."""
+
+    RECIPE = "scenes-tiny"
+    negative_kinds: tuple[str, ...] = option(HARD_NEGATIVE_KINDS, "a list of the error kinds " +
+                                             ", ".join(HARD_NEGATIVE_KINDS), _kinds_ok)
+    negative_weights: tuple[float, ...] = ()  # one per negative kind; () = uniform
+    prefix_p: float = option(0.25, "a probability in [0, 1]", probability)
+    dense: str = choice(*DENSE_TERMS)
+    dense_weight: float = option(0.0, "a float >= 0", non_negative)
+    dense_negatives: str = choice("own", "all")
+    twins: float = option(0.0, "a probability in [0, 1]", probability)
+    lock_text_steps: int = option(0, "a number of steps >= 0", non_negative)
+    single_object_steps: int = option(0, "a number of steps >= 0", non_negative)
+    bound_negatives: float = option(0.0, "a probability in [0, 1]", probability)
+    negatives_per_image: int = option(1, "a whole number >= 1", lambda v: v >= 1)
+    patch_dropout: float = option(0.0, "a share of patches in [0, 1)", lambda v: 0.0 <= v < 1.0)
+    min_objects: int = option(1, f"a whole number in [1, {MAX_OBJECTS}]", lambda v: 1 <= v <= MAX_OBJECTS)
+
+    def check(self) -> None:
+        w = self.negative_weights
+        if w and (len(w) != len(self.negative_kinds) or min(w) < 0 or sum(w) <= 0):
+            raise self.error("negative_weights", f"{len(self.negative_kinds)} non-negative numbers, one per "
+                                                 "negative kind, not all zero (or none: uniform)")
+
+
+def negative_mix(p: ScenesTinyParams) -> tuple[tuple[str, ...], np.ndarray | None]:
+    """(kinds, weights or None for uniform) of the recipe parameters."""
+    return p.negative_kinds, (np.array(p.negative_weights, dtype=float) if p.negative_weights else None)
 
 
 def _positive_and_negative(scene, flaw, rng: np.random.Generator) -> tuple[str, str, str]:
@@ -224,47 +238,23 @@ class SceneStream:
         return tuple(prefix + f.flawed_caption.realise(style=int(rng.integers(3))) for f in flaws), flaws
 
 
-def data(bb: Backbone, p: dict, *, seed: int) -> SceneStream:
+def data(bb: Backbone, p: ScenesTinyParams, *, seed: int) -> SceneStream:
     from capscore.scenes import render_size
 
     kinds, weights = negative_mix(p)
-    return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]),
-                       twins=float(p["twins"]), single_until=_steps(p, "single_object_steps"),
-                       bound=_probability(p, "bound_negatives"), per_image=_per_image(p),
-                       min_objects=_min_objects(p))
+    return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=p.prefix_p,
+                       twins=p.twins, single_until=p.single_object_steps, bound=p.bound_negatives,
+                       per_image=p.negatives_per_image, min_objects=p.min_objects)
 
 
-def prepare(bb: Backbone, p: dict) -> dict:
-    if p["dense"] not in DENSE_TERMS:
-        raise param_error("dense", "the scenes-tiny recipe (--set)", " or ".join(map(repr, DENSE_TERMS)), p["dense"])
-    if p["dense"] != "none" and not (bb.has_patch_tokens and bb.has_token_features):
-        raise CapscoreError(f"{bb.spec}: dense={p['dense']} needs patch tokens and token features "
+def prepare(bb: Backbone, p: ScenesTinyParams) -> dict:
+    """The checks that need the model (the parameters themselves were checked when they were built)."""
+    if p.dense != "none" and not (bb.has_patch_tokens and bb.has_token_features):
+        raise CapscoreError(f"{bb.spec}: dense={p.dense} needs patch tokens and token features "
                             "(an open_clip ViT with a causal text tower)")
-    if p["dense_negatives"] not in ("own", "all"):
-        raise param_error("dense_negatives", "the scenes-tiny recipe (--set)", "'own' or 'all'", p["dense_negatives"])
-    negative_mix(p)
-    _probability(p, "twins")
-    _probability(p, "bound_negatives")
-    _steps(p, "lock_text_steps")
-    _steps(p, "single_object_steps")
-    _per_image(p)
-    _min_objects(p)
-    if _patch_drop(p) > 0 and bb is not None and not hasattr(getattr(bb.model, "visual", None), "patch_dropout"):
+    if p.patch_dropout > 0 and not hasattr(getattr(bb.model, "visual", None), "patch_dropout"):
         raise CapscoreError(f"{bb.spec}: patch_dropout needs an open_clip ViT image tower")
     return {}
-
-
-def _min_objects(p: dict) -> int:
-    from capscore.scenes.vocab import MAX_OBJECTS
-
-    return _whole(p, "min_objects", 1, f"a whole number in [1, {MAX_OBJECTS}]", most=MAX_OBJECTS)
-
-
-def _patch_drop(p: dict) -> float:
-    x = _probability(p, "patch_dropout")
-    if x >= 1.0:
-        raise param_error("patch_dropout", "the scenes-tiny recipe (--set)", "a share of patches in [0, 1)", p["patch_dropout"])
-    return x
 
 
 @contextmanager
@@ -286,37 +276,9 @@ def _dropping_patches(bb: Backbone, prob: float):
         visual.patch_dropout = old
 
 
-def _per_image(p: dict) -> int:
-    return _whole(p, "negatives_per_image", 1, "a whole number >= 1")
-
-
-def _probability(p: dict, name: str) -> float:
-    try:
-        x = float(p[name])
-    except (TypeError, ValueError):
-        x = -1.0
-    if not 0.0 <= x <= 1.0:
-        raise param_error(name, "the scenes-tiny recipe (--set)", "a probability in [0, 1]", p[name])
-    return x
-
-
-def _steps(p: dict, name: str) -> int:
-    return _whole(p, name, 0, "a number of steps >= 0")
-
-
-def _whole(p: dict, name: str, least: int, expected: str, most: int | None = None) -> int:
-    try:
-        n = int(str(p[name]))
-    except ValueError:
-        n = least - 1
-    if n < least or (most is not None and n > most):
-        raise param_error(name, "the scenes-tiny recipe (--set)", expected, p[name])
-    return n
-
-
-def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> tuple[torch.Tensor, dict]:
+def step(bb: Backbone, batch: list[Example], *, p: ScenesTinyParams, step: int = 0, **_) -> tuple[torch.Tensor, dict]:
     n = len(batch)
-    text_grad = step >= _steps(p, "lock_text_steps")  # False: texts without gradient, a locked text tower
+    text_grad = step >= p.lock_text_steps  # False: texts without gradient, a locked text tower
     px = torch.stack([bb.preprocess(e.image.image) for e in batch]).to(bb.device, bb.dtype)  # (B, 3, H, W)
     k = {len(e.more_negatives) for e in batch}
     if len(k) != 1:
@@ -324,9 +286,9 @@ def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> 
     more = [[e.more_negatives[j] for e in batch] for j in range(k.pop())]
     texts = [e.caption for e in batch] + [e.negative for e in batch] + sum(more, [])  # positives, then k blocks of negatives
     scale = bb.logit_scale.exp()
-    with _dropping_patches(bb, _patch_drop(p)):  # (B, D) and, for the dense term, (B, N, D): N kept patches
-        img, patches = bb.forward_images(px, patches=p["dense"] != "none")
-    if p["dense"] == "none":
+    with _dropping_patches(bb, p.patch_dropout):  # (B, D) and, for the dense term, (B, N, D): N kept patches
+        img, patches = bb.forward_images(px, patches=p.dense != "none")
+    if p.dense == "none":
         with torch.set_grad_enabled(text_grad):
             txt = encode_texts_bucketed(bb, texts)  # ((1+k)B, D)
         return obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
@@ -334,8 +296,8 @@ def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> 
         txt, tokens, lengths = encode_texts_bucketed(bb, texts, tokens=True)  # ((1+k)B, D), ((1+k)B, L, D), ((1+k)B,)
     loss, parts = obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
     mask = torch.arange(tokens.shape[1], device=tokens.device)[None] < lengths[:, None].to(tokens.device)
-    dense = obj.filip_loss(patches, tokens, mask, scale, negative_columns=p["dense_negatives"])
-    return loss + float(p["dense_weight"]) * dense, {**parts, "global": loss.item(), "dense": dense.item()}
+    dense = obj.filip_loss(patches, tokens, mask, scale, negative_columns=p.dense_negatives)
+    return loss + p.dense_weight * dense, {**parts, "global": loss.item(), "dense": dense.item()}
 
 
 def export_bundled(bb: Backbone, path, metadata: dict) -> None:
