@@ -120,7 +120,7 @@ def test_resume_refuses_changed_options(tmp_path, scenes):
     with pytest.raises(CapscoreError, match="batch_size"):
         bb = fresh()
         r = get_recipe("contrastive")
-        train(bb, make_step(r, r.params), scenes, TrainConfig(steps=2, batch_size=8, ckpt_every=2, seed=1, warmup=2,
+        train(bb, make_step(r, r.defaults()), scenes, TrainConfig(steps=2, batch_size=8, ckpt_every=2, seed=1, warmup=2,
                                                               lr=3e-3), tmp_path, resume=True)
 
 
@@ -197,7 +197,7 @@ def test_deterministic_mode_keeps_the_cpu_run_restores_torch_and_names_a_missing
         raise AssertionError("put_ ran")
 
     cfg = TrainConfig(steps=1, batch_size=4, seed=0, deterministic=True)
-    with pytest.raises(CapscoreError, match=r"^--deterministic: put_ does not have a deterministic implementation"):
+    with pytest.raises(CapscoreError, match=r"^deterministic: put_ does not have a deterministic implementation"):
         train(fresh(), no_kernel, scenes, cfg, tmp_path / "bad")
     assert inside == [True] and not torch.are_deterministic_algorithms_enabled()
 
@@ -206,9 +206,10 @@ def test_amp_modes_and_cpu_fp16_refused():
     cpu = torch.device("cpu")
     assert autocast_dtype("auto", cpu) is None and autocast_dtype("off", cpu) is None
     assert autocast_dtype("bf16", cpu) == torch.bfloat16
-    with pytest.raises(CapscoreError, match="--amp fp16 needs a CUDA device"):
+    with pytest.raises(CapscoreError, match="amp='fp16' needs a CUDA device"):
         autocast_dtype("fp16", cpu)
-    with pytest.raises(CapscoreError, match="--amp 'fp8': expected one of auto, bf16, fp16, off"):
+    with pytest.raises(CapscoreError, match="The 'amp' parameter of train must be 'auto' or 'bf16' or 'fp16' or "
+                                            "'off'; got 'fp8' instead."):
         autocast_dtype("fp8", cpu)
 
 
@@ -232,7 +233,8 @@ def test_jsonl_reader_and_field_errors(tmp_path, make_images):
 def test_resolve_params_types_and_unknown():
     r = get_recipe("specs")
     p = resolve_params(r, {"beta": "4", "fixed_margin": "0.2", "stretch": "0"})
-    assert p["beta"] == 4.0 and p["fixed_margin"] == 0.2 and p["stretch"] == 0
+    assert (p.beta, p.fixed_margin, p.stretch) == (4.0, 0.2, False)
+    assert type(p.beta) is float and resolve_params(r, {"fixed_margin": "none"}).fixed_margin is None
     with pytest.raises(CapscoreError, match="did you mean 'gamma'"):
         resolve_params(r, {"gama": "1"})
     with pytest.raises(CapscoreError, match="did you mean 'specs'"):
