@@ -74,6 +74,7 @@ def stages_of(args) -> list:
     from capscore.errors import CapscoreError
     from capscore.train.options import Stage, TrainSpec, find_recipe_file, load_recipe_file
     from capscore.train.recipes import get_recipe
+    from capscore.train.run import resolve_stages
 
     sets = {}
     for s in args.set:
@@ -92,7 +93,8 @@ def stages_of(args) -> list:
                 from capscore.errors import unknown_name
 
                 raise CapscoreError(f"--stage: {unknown_name(f'stage of {path}', args.stage, names)}")
-            stages = [s for s in stages if s.name == args.stage]
+            # its {NAME} references are the other stages' folders under --out
+            stages = [s for s, _ in resolve_stages(stages, args.out) if s.name == args.stage]
     else:
         if args.stage is not None:
             raise CapscoreError("--stage selects a stage of a --config file; give --config")
