@@ -262,3 +262,46 @@ def test_cli_train_writes_loadable_checkpoint_and_card(tmp_path):
         return json.loads(next((run / "checkpoints").glob("step-*/trainer.json")).read_text())["config"]
 
     assert config(tmp_path / "det")["deterministic"] is True and config(out)["deterministic"] is False
+
+
+def test_the_bar_shows_the_loss_of_the_step_it_counts(tmp_path, scenes, monkeypatch):
+    """When the bar draws step k (``update``), its postfix already holds step k's loss, not step k-1's."""
+    import capscore.train.loop as L
+
+    drawn = []
+
+    class Bar:
+        postfix = None
+
+        def set_postfix(self, refresh=True, **kw):
+            self.postfix = kw["loss"]
+
+        def update(self, n=1):
+            drawn.append(self.postfix)  # what a redraw now would show
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(L, "open_bar", lambda *a, **k: Bar())
+    r = get_recipe("contrastive")
+    res = train(fresh(), make_step(r, r.defaults()), scenes, TrainConfig(steps=3, batch_size=4, warmup=1), tmp_path)
+    assert drawn == [f"{e['loss']:.4f}" for e in res.history] and len(set(drawn)) == 3
+
+
+def test_evaluating_on_the_built_in_scenes_does_not_warn_that_it_truncates_them():
+    """The evaluator's long scene captions exceed a 77-token context (by design, see capscore.train.evaluate);
+    training on capscore's own scenes says nothing about it, while a user's over-long caption still warns."""
+    from capscore._log import CapscoreWarning
+    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.scenes import generate_scenes
+    from capscore.train.evaluate import scene_evaluator
+
+    bb = fresh()
+    longest = max((s.long_caption() for s in generate_scenes(24, seed=10_000)), key=len)
+    assert len(bb.tokenize([longest])[0]) > bb.context_length  # the evaluation data does exceed the context
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        scene_evaluator(24)(bb)
+    assert not [w for w in seen if "longer than" in str(w.message)]
+    with pytest.warns(CapscoreWarning, match="captions longer than the 77-token context"):
+        Encoder(bb, cache=MemoryCache()).encode_texts([longest])
