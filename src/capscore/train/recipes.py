@@ -40,7 +40,7 @@ from capscore.train import objectives as obj
 from capscore.train import scenes_tiny
 from capscore.train.data import Example, negative_detail
 from capscore.train.loop import encode_texts
-from capscore.train.options import RecipeParams, choice, non_negative, option, positive, probability
+from capscore.train.options import RecipeParams, choice, non_negative, option, probability
 from capscore.train.surgery import freeze, freeze_tower, stretch_text_tower
 
 
@@ -93,7 +93,7 @@ SPECS_NEGATIVES = ("batch", "controlled")
 
 @dataclass(frozen=True)
 class SpecsParams(CommonParams):
-    """SPECS (eqs. 3-4): weights, margins and where d⁻ comes from; see :func:`capscore.train.objectives.specs_loss`."""
+    """SPECS (eqs. 3-4): weights, margins and where d⁻ comes from (:func:`capscore.train.objectives.specs_loss`)."""
 
     RECIPE = "specs"
     stretch: bool = True  # SPECS builds on LongCLIP

@@ -1,86 +1,52 @@
-"""The ``scenes-tiny`` recipe: train capscore's bundled model from scratch on synthetic scenes.
+"""The ``scenes-tiny`` recipe: train a small CLIP from scratch on capscore's synthetic scenes.
 
-``capscore train scenes-tiny --out DIR`` runs it through the one loop (:mod:`capscore.train.loop`),
-so checkpoints, exact resume, logs, evaluation and the model card are those of every recipe.
-The v1 model's run (``scenes-tiny-v1``) is this recipe with its defaults (``tests/test_train_scenes_tiny.py``
-pins a short run of it bit for bit against the trainer it replaced); the bundled ``scenes-tiny`` (v3) is
-this recipe on ``openclip:scenes-tiny-v3`` with the FILIP term, re-weighted negatives, the single-object
-curriculum, the locked text tower and image twins, then the same recipe again from that run's file on crowded
-scenes with shape and count negatives weighted up (the two commands are in ``capscore/scenes/MODEL_CARD.md``).
-Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and ``scenes-tiny.json``
-(:func:`bundle_report`).
+``capscore train scenes-tiny --out DIR`` runs it through the one loop (:mod:`capscore.train.loop`), so
+checkpoints, exact resume, logs, evaluation and the model card are those of every recipe. The output folder
+also holds the bundled format, ``scenes-tiny.safetensors`` (fp16) and ``scenes-tiny.json``
+(:func:`bundle_report`). The bundled models are this recipe with the settings of their recipe files
+(``capscore/train/recipe_files/``); the training studies behind those settings are in
+docs/research/scenes-training.md. Parameters (:class:`ScenesTinyParams`):
 
 * data (:class:`SceneStream`): micro-batch ``k`` is ``generate_scenes(B, seed, split="train",
-  start=k·B)`` — a pure function of (seed, k); no scene repeats, held-out (shape, colour) pairs never
+  start=k·B)`` -- a pure function of (seed, k); no scene repeats, held-out (shape, colour) pairs never
   appear, not even in negatives (:func:`capscore.scenes.make_flaw` avoids them in train scenes);
 * each image gets one positive text (the correct twin of its hard negative, the short caption, a
   paraphrase or a prefix of the long caption, in a random template style) and one **hard negative**:
-  the same kind of caption with one controlled error, its kind drawn among ``negative_kinds`` that
-  apply to the scene — uniformly (v1) or by ``negative_weights``;
-* **image twins** (``twins`` = p, default 0): after a scene, with probability p, its counterfactual twin
-  (:func:`capscore.scenes.captions.counterfactual`: the scene edited so that its hard negative is true
-  and the correct twin false; colour, shape, count and attribute-swap negatives) takes the next slot of
-  the micro-batch, with the flawed caption as its positive and the exact correct caption as its
-  negative. The two images and two captions form a minimal pair both ways, so a text-only prior cannot
-  win it (``capscore scenes eval`` reports that prior as the *blind* accuracy). A micro-batch stays B
-  examples, so it holds fewer distinct scenes;
-* **several hard negatives per image** (``negatives_per_image`` = k, default 1): k − 1 further false
-  captions per image (and per image twin), each a fresh draw of kind (by ``negative_weights``) and error,
-  in a random style, as extra image→text columns of both terms. Why: the image tower is nearly all of a
-  step's cost (the text tower encodes short captions at width 128), so more negatives buy more error
-  signal per rendered image for little time. Several hard negatives per image is common practice after
-  NegCLIP (which used one); k and the draw are this recipe's choice. Measured on v4's stage 2 (docs/scenes.md,
-  "More hard negatives per image"): k = 3 costs about what k = 1 does per step but does not lift counting
-  (seen count 0.908 against 0.900); it strengthens the text prior instead. So the recipes keep k = 1;
-* **patch dropout** (``patch_dropout`` = r, default 0): during training steps a random share r of each
-  image's patch tokens is dropped after the stem and position embeddings (FLIP, Li et al. 2023, section 3,
-  through open_clip's ``PatchDropout``), so the transformer, the read-out and the FILIP term see the kept
-  patches only; evaluation and export see all of them. Why: the image tower is nearly all of a step's cost,
-  so more images per minute; FLIP's trade is more images for a noisier view of each;
+  the same kind of caption with one controlled error, its kind drawn among ``negative_kinds`` that apply
+  to the scene -- uniformly, or by ``negative_weights``; ``prefix_p`` of the pairs carry CLIP-S's prompt
+  prefix;
+* **image twins** (``twins`` = p): after a scene, with probability p, its counterfactual twin
+  (:func:`capscore.scenes.captions.counterfactual`: the scene edited so that its hard negative is true and
+  the correct twin false) takes the next slot of the micro-batch, with the flawed caption as its positive
+  and the exact correct caption as its negative -- a minimal pair both ways, so a text-only prior cannot
+  win it. A micro-batch stays B examples;
+* **several hard negatives per image** (``negatives_per_image`` = k): k − 1 further false captions per
+  image, each a fresh draw of kind and error, as extra image→text columns of both terms (NegCLIP,
+  Yuksekgonul et al. 2023, used one);
+* **patch dropout** (``patch_dropout`` = r): in training forwards a random share r of each image's patch
+  tokens is dropped after the stem and position embeddings (FLIP, Li et al. 2023, section 3, through
+  open_clip's ``PatchDropout``); evaluation and export see all patches;
 * loss: symmetric CLIP InfoNCE with the k·B hard negatives as extra image→text columns
-  (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
-  ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
-  (``dense=filip``; :func:`capscore.train.objectives.filip_loss`), whose image→text columns are the
-  B positives plus each image's own hard negatives (``dense_negatives=own``, the default: with k = 1 half
-  the cost of ``all``, which gives every image all k·B negatives as the global term does);
-* **locked-text warm-up** (``lock_text_steps`` = N, default 0): for the first N steps the text tower
-  stays at its random init (its texts are encoded without gradient, so AdamW neither moves nor decays
-  it) and only the image tower and the temperature learn; then both train. Why: trained jointly from
-  scratch, the two towers settle early on a shape-blind solution — each tower's gradient for telling
-  two shapes apart is proportional to how far the *other* tower already tells them apart, colour, size
-  and pattern are learnt first, and shape sensitivity of the text tower *falls* below its random init
-  (feature suppression; Chen et al. 2021, "Intriguing Properties of Contrastive Losses"). Fixed caption
-  embeddings act as the supervised control's fixed labels (``benchmarks/scenes_shape.py --contrastive
-  ... --lock-text``). The image tower is locked instead in LiT (Zhai et al. 2022); locking the
-  text tower for a warm-up is this recipe's choice, not a paper's;
-* **single-object curriculum** (``single_object_steps`` = N, default 0): the first N micro-batches
-  (steps × ``--accum``) hold single-object scenes only (their negatives: the kinds above that apply to
-  one object), then the usual 1–6 objects. Why: with the text tower locked, the image tower learns shape
-  from single objects within 200 steps but not from scenes of 1–6 objects, where colour, count and
-  position already tell the captions apart (``benchmarks/scenes_shape.py --contrastive ... --objects 1 6
-  --lock-text``). Curriculum learning (Bengio et al. 2009) is the idea; the split is this recipe's choice.
-  Measured on v3 (docs/scenes.md § Why shape is not learned; one seed each), shape on minimal image
-  pairs 0.26 / 0.37 → 0.48 / 0.51 with both at 300 (only the image tower learns shape before the full
-  scenes, and they undo most of it), → 0.72 / 0.78 with ``single_object_steps=500 lock_text_steps=300``
-  (the text tower then learns shape from single objects too, and keeps it); that alone lowers count on
-  minimal pairs (0.43 → 0.19), which ``twins=0.5`` restores (0.69);
-* **crowded scenes** (``min_objects`` = m, default 1): after the single-object phase the scenes hold
-  m .. 6 objects instead of 1 .. 6 (evaluation is unchanged: ``capscore scenes eval`` draws 1 .. 6). Why:
-  the first v4 file's remaining count errors were in scenes of four to six objects, its single-object
-  scenes solved, and seen count follows the number of training pairs (docs/scenes.md, "Crowded scenes");
-  spending stage 2's pairs where the errors are is the idea, the value of m this recipe's choice;
-* **bound negatives** (``bound_negatives`` = p, default 0): with probability p a colour, shape, count or
+  (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally ``dense_weight`` ×
+  FILIP's token-wise max-similarity loss over patch and word tokens (``dense=filip``; Yao et al. 2022,
+  section 3.1; :func:`capscore.train.objectives.filip_loss`), whose image→text columns are the B
+  positives plus each image's own hard negatives (``dense_negatives=own``) or all k·B (``all``);
+* **locked-text warm-up** (``lock_text_steps`` = N): for the first N steps the text tower stays at its
+  init (texts encoded without gradient, so AdamW neither moves nor decays it); then both towers train.
+  It counters feature suppression between jointly trained towers (Chen et al. 2021, "Intriguing
+  Properties of Contrastive Losses"); LiT (Zhai et al. 2022) locks the image tower instead;
+* **single-object curriculum** (``single_object_steps`` = N): micro-batches k < N (steps × accumulation)
+  hold single-object scenes only, then scenes of ``min_objects`` .. 6 objects (curriculum learning,
+  Bengio et al. 2009);
+* **crowded scenes** (``min_objects`` = m): after the single-object phase the scenes hold m .. 6 objects
+  (evaluation is unchanged: ``capscore scenes eval`` draws 1 .. 6);
+* **bound negatives** (``bound_negatives`` = p): with probability p a colour, shape, count or
   hallucination negative is drawn among the *bound* errors of its scene (``make_flaw(bound=True)``: the
-  new value is already on another object, so only binding tells the captions apart; the rule of
-  :func:`capscore.scenes.evaluate.needs_binding`), where the scene has any. Natural draws make about
-  17 % of these negatives bound in scenes of two or more objects; p = 0.5 makes it about 44 %, p = 1
-  about 78 %. Why: the bundled model's remaining flip errors are bound items (docs/scenes.md § Perception
-  or binding); this gives them a larger share of the hard negatives. Matching hard negatives to a
-  compositional failure is NegCLIP's idea (Yuksekgonul et al. 2023); the rule is this recipe's;
+  new value is already on another object, so only binding tells the captions apart), where it has any;
 * optimisation (the loop's; this recipe's defaults in :data:`OPTIM`, :data:`TRAIN_DEFAULTS`): AdamW, no
   weight decay on gains, biases, embeddings and the logit scale, linear warm-up then cosine decay to
-  10 % of the peak rate, gradient clipping at 1.0; fp32 on CPU; the model starts from the random
-  init of ``--model openclip:ARCH`` with ``--seed``.
+  10 % of the peak rate, gradient clipping at 1.0; the model starts from the random init of
+  ``openclip:ARCH`` with the run's seed (:data:`START_MODEL`), or from any model spec given.
 """
 from __future__ import annotations
 
@@ -276,7 +242,8 @@ def _dropping_patches(bb: Backbone, prob: float):
         visual.patch_dropout = old
 
 
-def step(bb: Backbone, batch: list[Example], *, p: ScenesTinyParams, step: int = 0, **_) -> tuple[torch.Tensor, dict]:
+def step(bb: Backbone, batch: list[Example], *, p: ScenesTinyParams, step: int = 0,
+         **_) -> tuple[torch.Tensor, dict]:
     n = len(batch)
     text_grad = step >= p.lock_text_steps  # False: texts without gradient, a locked text tower
     px = torch.stack([bb.preprocess(e.image.image) for e in batch]).to(bb.device, bb.dtype)  # (B, 3, H, W)
