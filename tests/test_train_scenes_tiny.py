@@ -288,8 +288,8 @@ def test_recipe_option_errors(tmp_path, capsys):
     with pytest.raises(CapscoreError, match="dense"):  # checked before the model is touched
         resolve_params(get_recipe("scenes-tiny"), {"dense": "sparc"})
     # 'none' is one of dense's words, not a missing value (the global-only twin's --set dense=none)
-    assert resolve_params(get_recipe("scenes-tiny"), {"dense": "none"})["dense"] == "none"
-    assert resolve_params(get_recipe("contrastive"), {"freeze": "none"})["freeze"] is None
+    assert resolve_params(get_recipe("scenes-tiny"), {"dense": "none"}).dense == "none"
+    assert resolve_params(get_recipe("contrastive"), {"freeze": ""}).freeze == ()  # an empty list: nothing frozen
 
 
 def test_missing_weights_is_a_one_line_error(tmp_path):
