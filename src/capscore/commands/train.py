@@ -6,14 +6,14 @@ from capscore.commands._args import (add_device, add_model, non_negative_float, 
 
 
 def configure(p) -> None:
-    from capscore.train.options import AMP_MODES
+    from capscore.train.options import AMP_MODES, bundled_recipe_files
     from capscore.train.recipes import RECIPES
 
     p.add_argument("recipe", choices=sorted(RECIPES), help="objective to train with")
     p.add_argument("--config", default=None, metavar="FILE",
                    help="a recipe file (TOML: [train] options and [params], or [[stage]] runs; docs/train.md), or "
-                        "the name of a bundled one (scenes-tiny-v3, scenes-tiny-v4, scenes-tiny-v1); flags and "
-                        "--set given with it override its values (in every stage)")
+                        f"the name of a bundled one ({', '.join(bundled_recipe_files())}); flags and --set given "
+                        "with it override its values (in every stage)")
     p.add_argument("--stage", default=None, metavar="NAME", help="run only this stage of a --config file")
     add_model(p, single=True, default=None,
               help="backbone to start from (any --model spec; default scenes-tiny, for the scenes-tiny "
