@@ -149,14 +149,15 @@ def check_fields(obj, owner: str) -> None:
         object.__setattr__(obj, f.name, typed)
 
 
-def _from_strings(cls, owner: str, strings: Mapping[str, str], base: dict | None = None, **known) -> Any:
+def _from_strings(cls, owner: str, strings: Mapping[str, str], base: dict | None = None) -> Any:
+    """``cls`` from ``base`` (field values) updated by ``strings``, each parsed with its field's type."""
     hints = _hints(cls)
-    names = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in known]
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
     values = dict(base or {})
     for key, raw in strings.items():
         if key not in names:
             err = unknown_name(f"parameter of {owner}", key, names)
-            if key in SPEC_KEYS and cls is not TrainSpec:
+            if key in SPEC_KEYS:  # a run option given as a recipe parameter
                 err = CapscoreError(f"{err}; {key!r} is a run option (the [train] table of a recipe file, "
                                     f"--{key.replace('_', '-')} of capscore train)")
             raise err
@@ -165,7 +166,7 @@ def _from_strings(cls, owner: str, strings: Mapping[str, str], base: dict | None
         except ValueError:
             f = next(f for f in dataclasses.fields(cls) if f.name == key)
             raise param_error(key, owner, f.metadata.get("expected") or _describe(hints[key]), raw) from None
-    return cls(**known, **values)
+    return cls(**values)
 
 
 def _from_values(cls, owner: str, values: Mapping[str, Any], where: str = "", **known) -> Any:
