@@ -123,9 +123,12 @@ def run(args) -> int:
         if several:
             print(f"stage {stage.name}: {folder}")
         done = run_spec(stage.spec, folder, device=args.device, dtype=args.dtype, resume=resume, command=command)
-        last = done.result.history[-1] if done.result.history else {}
-        print(f"trained {stage.spec.recipe} for {done.config.steps} steps (final loss "
-              f"{last.get('loss', float('nan')):.4f}); load with --model ckpt:{done.model_path}")
+        if done.result.history:
+            print(f"trained {stage.spec.recipe} for {done.config.steps} steps (final loss "
+                  f"{done.result.history[-1]['loss']:.4f}); load with --model ckpt:{done.model_path}")
+        else:  # resumed from its last checkpoint
+            print(f"{stage.spec.recipe}: all {done.config.steps} steps were already trained; load with --model "
+                  f"ckpt:{done.model_path}")
         for e in done.result.evals:
             print("  eval", " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in e.items()))
     return 0
