@@ -107,14 +107,16 @@ def stages_of(args) -> list:
 
 def run(args) -> int:
     import sys
+    from pathlib import Path
 
+    from capscore.errors import CapscoreError
     from capscore.train.loop import latest_checkpoint
     from capscore.train.run import resolve_stages, run_spec
 
-    from capscore.commands._args import output_dir
-
     stages = stages_of(args)  # every option checked before anything is written
-    out = output_dir(args.out)
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():  # the folder itself is made once data and model have loaded
+        raise CapscoreError(f"--out {out}: is an existing file; --out names the output folder")
     command = "capscore " + " ".join(sys.argv[1:])
     several = len(stages) > 1 or bool(stages[0].name)
     for stage, folder in resolve_stages(stages, out):

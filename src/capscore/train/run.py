@@ -110,7 +110,10 @@ def run_spec(spec: TrainSpec, out: str | Path, *, device: str = "cpu", dtype: st
     evaluate = None
     if spec.eval_scenes:
         evaluate = scene_evaluator(spec.eval_scenes, languages=("en", *langs), perturbations=recipe.name == "prmcs")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CapscoreError(f"{out}: cannot create the output folder ({e.strerror or e})") from None
     lock = OutputLock(out / "log.jsonl")  # two runs training into one folder would interleave checkpoints
     try:
         res = train(bb, make_step(recipe, params), examples, cfg, out, state=state, evaluate=evaluate, resume=resume)
