@@ -54,7 +54,8 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     bb = load_backbone(a.model)
-    p = dict(st.PARAMS, dense="filip", dense_weight=0.5, twins=a.twins, negative_weights=a.weights)
+    p = st.ScenesTinyParams.from_strings({"dense": "filip", "dense_weight": "0.5", "twins": str(a.twins),
+                                          "negative_weights": a.weights})
     st.prepare(bb, p)
     shapes, colours = list(SHAPES), list(COLOR_NAMES)
     pairs = len(shapes) * len(colours)

@@ -69,8 +69,9 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     bb = load_backbone(a.model)
-    p = dict(st.PARAMS, dense="none" if a.freeze_towers else "filip", dense_weight=0.5, twins=a.twins,
-             negative_weights=a.weights, bound_negatives=a.bound)
+    p = st.ScenesTinyParams.from_strings({"dense": "none" if a.freeze_towers else "filip", "dense_weight": "0.5",
+                                          "twins": str(a.twins), "negative_weights": a.weights,
+                                          "bound_negatives": str(a.bound)})
     st.prepare(bb, p)
     dim = bb.model.text_projection.shape[1]
 

@@ -120,7 +120,7 @@ def test_resume_refuses_changed_options(tmp_path, scenes):
     with pytest.raises(CapscoreError, match="batch_size"):
         bb = fresh()
         r = get_recipe("contrastive")
-        train(bb, make_step(r, r.params), scenes, TrainConfig(steps=2, batch_size=8, ckpt_every=2, seed=1, warmup=2,
+        train(bb, make_step(r, r.defaults()), scenes, TrainConfig(steps=2, batch_size=8, ckpt_every=2, seed=1, warmup=2,
                                                               lr=3e-3), tmp_path, resume=True)
 
 
@@ -197,7 +197,7 @@ def test_deterministic_mode_keeps_the_cpu_run_restores_torch_and_names_a_missing
         raise AssertionError("put_ ran")
 
     cfg = TrainConfig(steps=1, batch_size=4, seed=0, deterministic=True)
-    with pytest.raises(CapscoreError, match=r"^--deterministic: put_ does not have a deterministic implementation"):
+    with pytest.raises(CapscoreError, match=r"^deterministic: put_ does not have a deterministic implementation"):
         train(fresh(), no_kernel, scenes, cfg, tmp_path / "bad")
     assert inside == [True] and not torch.are_deterministic_algorithms_enabled()
 
@@ -206,9 +206,10 @@ def test_amp_modes_and_cpu_fp16_refused():
     cpu = torch.device("cpu")
     assert autocast_dtype("auto", cpu) is None and autocast_dtype("off", cpu) is None
     assert autocast_dtype("bf16", cpu) == torch.bfloat16
-    with pytest.raises(CapscoreError, match="--amp fp16 needs a CUDA device"):
+    with pytest.raises(CapscoreError, match="amp='fp16' needs a CUDA device"):
         autocast_dtype("fp16", cpu)
-    with pytest.raises(CapscoreError, match="--amp 'fp8': expected one of auto, bf16, fp16, off"):
+    with pytest.raises(CapscoreError, match="The 'amp' parameter of train must be 'auto' or 'bf16' or 'fp16' or "
+                                            "'off'; got 'fp8' instead."):
         autocast_dtype("fp8", cpu)
 
 
@@ -232,7 +233,8 @@ def test_jsonl_reader_and_field_errors(tmp_path, make_images):
 def test_resolve_params_types_and_unknown():
     r = get_recipe("specs")
     p = resolve_params(r, {"beta": "4", "fixed_margin": "0.2", "stretch": "0"})
-    assert p["beta"] == 4.0 and p["fixed_margin"] == 0.2 and p["stretch"] == 0
+    assert (p.beta, p.fixed_margin, p.stretch) == (4.0, 0.2, False)
+    assert type(p.beta) is float and resolve_params(r, {"fixed_margin": "none"}).fixed_margin is None
     with pytest.raises(CapscoreError, match="did you mean 'gamma'"):
         resolve_params(r, {"gama": "1"})
     with pytest.raises(CapscoreError, match="did you mean 'specs'"):
@@ -260,3 +262,46 @@ def test_cli_train_writes_loadable_checkpoint_and_card(tmp_path):
         return json.loads(next((run / "checkpoints").glob("step-*/trainer.json")).read_text())["config"]
 
     assert config(tmp_path / "det")["deterministic"] is True and config(out)["deterministic"] is False
+
+
+def test_the_bar_shows_the_loss_of_the_step_it_counts(tmp_path, scenes, monkeypatch):
+    """When the bar draws step k (``update``), its postfix already holds step k's loss, not step k-1's."""
+    import capscore.train.loop as L
+
+    drawn = []
+
+    class Bar:
+        postfix = None
+
+        def set_postfix(self, refresh=True, **kw):
+            self.postfix = kw["loss"]
+
+        def update(self, n=1):
+            drawn.append(self.postfix)  # what a redraw now would show
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(L, "open_bar", lambda *a, **k: Bar())
+    r = get_recipe("contrastive")
+    res = train(fresh(), make_step(r, r.defaults()), scenes, TrainConfig(steps=3, batch_size=4, warmup=1), tmp_path)
+    assert drawn == [f"{e['loss']:.4f}" for e in res.history] and len(set(drawn)) == 3
+
+
+def test_evaluating_on_the_built_in_scenes_does_not_warn_that_it_truncates_them():
+    """The evaluator's long scene captions exceed a 77-token context (by design, see capscore.train.evaluate);
+    training on capscore's own scenes says nothing about it, while a user's over-long caption still warns."""
+    from capscore._log import CapscoreWarning
+    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.scenes import generate_scenes
+    from capscore.train.evaluate import scene_evaluator
+
+    bb = fresh()
+    longest = max((s.long_caption() for s in generate_scenes(24, seed=10_000)), key=len)
+    assert len(bb.tokenize([longest])[0]) > bb.context_length  # the evaluation data does exceed the context
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        scene_evaluator(24)(bb)
+    assert not [w for w in seen if "longer than" in str(w.message)]
+    with pytest.warns(CapscoreWarning, match="captions longer than the 77-token context"):
+        Encoder(bb, cache=MemoryCache()).encode_texts([longest])

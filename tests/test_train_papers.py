@@ -1,14 +1,13 @@
 """Training defaults and data handling against the SPECS and PR-MCS papers (values from the paper text)."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
 
-from capscore.commands.train import optimiser_settings
 from capscore.errors import CapscoreError, InputError
 from capscore.train.data import Example, read_jsonl, specs_units
+from capscore.train.options import TrainSpec
 from capscore.train.recipes import (
     _given_perturbed,
     batch_languages,
@@ -16,30 +15,30 @@ from capscore.train.recipes import (
     languages_of,
     specs_triplet,
 )
+from capscore.train.run import train_config
 
 
-def _args(**kw):
-    base = dict(lr=None, weight_decay=None, batch_size=None, accum=None, betas=None, eps=None)
-    return argparse.Namespace(**{**base, **kw})
+def _spec(recipe, **kw):
+    return TrainSpec(recipe, get_recipe(recipe).defaults(), **kw)
 
 
 def test_specs_optimiser_defaults_are_the_papers():
     # SPECS §4.3: lr 1e-5, weight decay 1e-2, batch 100 per GPU, accumulation over 4 steps (400 effective)
-    o = optimiser_settings(get_recipe("specs"), _args())
-    assert (o["lr"], o["weight_decay"], o["batch_size"], o["accum"]) == (1e-5, 1e-2, 100, 4)
-    assert o["batch_size"] * o["accum"] == 400
+    o = train_config(_spec("specs"))
+    assert (o.lr, o.weight_decay, o.batch_size, o.accum) == (1e-5, 1e-2, 100, 4)
+    assert o.batch_size * o.accum == 400
 
 
 def test_prmcs_optimiser_defaults_are_the_papers_and_overridable():
     # PR-MCS App. B.2: AdamW beta1 0.9, beta2 0.999, epsilon 1e-8, initial lr 5e-5
-    o = optimiser_settings(get_recipe("prmcs"), _args())
-    assert (o["lr"], o["betas"], o["eps"]) == (5e-5, (0.9, 0.999), 1e-8)
-    o = optimiser_settings(get_recipe("prmcs"), _args(betas="0.8,0.95", eps=1e-6, lr=1e-4))
-    assert (o["lr"], o["betas"], o["eps"]) == (1e-4, (0.8, 0.95), 1e-6)
-    with pytest.raises(CapscoreError, match="--betas"):
-        optimiser_settings(get_recipe("prmcs"), _args(betas="0.9"))
-    with pytest.raises(CapscoreError, match="--accum must be a positive integer"):
-        optimiser_settings(get_recipe("specs"), _args(accum=0))
+    o = train_config(_spec("prmcs"))
+    assert (o.lr, o.betas, o.eps) == (5e-5, (0.9, 0.999), 1e-8)
+    o = train_config(_spec("prmcs", **TrainSpec.parse_options("prmcs", {"betas": "0.8,0.95"}), eps=1e-6, lr=1e-4))
+    assert (o.lr, o.betas, o.eps) == (1e-4, (0.8, 0.95), 1e-6)
+    with pytest.raises(CapscoreError, match="The 'betas' parameter of recipe prmcs must be two floats"):
+        TrainSpec.parse_options("prmcs", {"betas": "0.9"})
+    with pytest.raises(CapscoreError, match="The 'accum' parameter of recipe specs must be a positive whole number"):
+        _spec("specs", accum=0)
 
 
 class _Pick:
@@ -185,4 +184,4 @@ def test_specs_controlled_negatives_are_the_drawn_unit_made_false():
     with pytest.raises(InputError, match="t.jsonl:4: negatives=controlled needs scene examples"):
         specs_triplets([jsonl], random.Random(0), negatives="controlled")
     with pytest.raises(CapscoreError, match="negatives"):
-        get_recipe("specs").prepare(None, {**get_recipe("specs").params, "negatives": "mixed"})
+        get_recipe("specs").params_type(negatives="mixed")

@@ -117,7 +117,9 @@ def test_training_texts_never_name_a_heldout_pair():
 
 
 def test_negative_mix_weights_and_errors():
-    kinds, w = negative_mix({"negative_kinds": "shape,count", "negative_weights": "3,1"})
+    from capscore.train.scenes_tiny import ScenesTinyParams
+
+    kinds, w = negative_mix(ScenesTinyParams.from_strings({"negative_kinds": "shape,count", "negative_weights": "3,1"}))
     assert kinds == ("shape", "count") and list(w) == [3.0, 1.0]
     counts = {"shape": 0, "count": 0}
     for k in range(8):
@@ -130,8 +132,8 @@ def test_negative_mix_weights_and_errors():
     for bad in ({"negative_kinds": "colour", "negative_weights": ""},
                 {"negative_kinds": "shape,count", "negative_weights": "1"},
                 {"negative_kinds": "shape", "negative_weights": "-1"}):
-        with pytest.raises(CapscoreError):
-            negative_mix(bad)
+        with pytest.raises(CapscoreError, match="negative_"):
+            ScenesTinyParams.from_strings(bad)
 
 
 def test_hard_negative_loss_by_hand():
@@ -284,10 +286,10 @@ def test_recipe_option_errors(tmp_path, capsys):
     from capscore.train.recipes import get_recipe, resolve_params
 
     with pytest.raises(CapscoreError, match="dense"):  # checked before the model is touched
-        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"dense": "sparc"}))
+        resolve_params(get_recipe("scenes-tiny"), {"dense": "sparc"})
     # 'none' is one of dense's words, not a missing value (the global-only twin's --set dense=none)
-    assert resolve_params(get_recipe("scenes-tiny"), {"dense": "none"})["dense"] == "none"
-    assert resolve_params(get_recipe("contrastive"), {"freeze": "none"})["freeze"] is None
+    assert resolve_params(get_recipe("scenes-tiny"), {"dense": "none"}).dense == "none"
+    assert resolve_params(get_recipe("contrastive"), {"freeze": ""}).freeze == ()  # an empty list: nothing frozen
 
 
 def test_missing_weights_is_a_one_line_error(tmp_path):
@@ -351,7 +353,7 @@ def test_image_twins_follow_their_scene_with_the_texts_swapped():
     from capscore.train.recipes import get_recipe, resolve_params
 
     with pytest.raises(CapscoreError, match="twins"):
-        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"twins": "2"}))
+        resolve_params(get_recipe("scenes-tiny"), {"twins": "2"})
 
 
 def test_bound_negatives_raise_the_share_of_bound_hard_negatives():
@@ -373,7 +375,7 @@ def test_bound_negatives_raise_the_share_of_bound_hard_negatives():
     assert [(e.caption, e.negative) for e in SceneStream(4, bound=0.0).batch(0, 32)] == \
         [(e.caption, e.negative) for e in SceneStream(4).batch(0, 32)]
     with pytest.raises(CapscoreError, match="bound_negatives"):
-        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"bound_negatives": "1.5"}))
+        resolve_params(get_recipe("scenes-tiny"), {"bound_negatives": "1.5"})
 
 
 def test_negatives_per_image_adds_false_captions_and_leaves_one_unchanged(tmp_path):
@@ -399,7 +401,7 @@ def test_negatives_per_image_adds_false_captions_and_leaves_one_unchanged(tmp_pa
     assert [(e.caption, e.negative) for e in SceneStream(5, twins=0.5, per_image=1).batch(0, 32)] == \
         [(e.caption, e.negative) for e in one[:32]]
     with pytest.raises(CapscoreError, match="negatives_per_image"):
-        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"negatives_per_image": "0"}))
+        resolve_params(get_recipe("scenes-tiny"), {"negatives_per_image": "0"})
     assert main(["train", "scenes-tiny", "--model", "openclip:scenes-tiny-v3", "--out", str(tmp_path), "--steps", "2",
                  "--batch-size", "8", "--eval-scenes", "0", "--set", "dense=filip", "--set", "dense_weight=0.5",
                  "--set", "negatives_per_image=3"]) == 0
@@ -429,7 +431,7 @@ def test_patch_dropout_drops_patches_in_training_forwards_only(tmp_path):
     rows = {tuple(t.tolist()) for t in after[0].detach().round(decimals=5)}
     assert sum(tuple(t.tolist()) in rows for t in kept[0].detach().round(decimals=5)) == 0  # tokens differ: attention saw fewer
     with pytest.raises(CapscoreError, match="patch_dropout"):
-        get_recipe("scenes-tiny").prepare(None, resolve_params(get_recipe("scenes-tiny"), {"patch_dropout": "1"}))
+        resolve_params(get_recipe("scenes-tiny"), {"patch_dropout": "1"})
     # through the loop, with the dense term over the kept patches
     assert main(["train", "scenes-tiny", "--model", "openclip:scenes-tiny-v4", "--out", str(tmp_path), "--steps", "1",
                  "--batch-size", "4", "--eval-scenes", "0", "--set", "dense=filip", "--set", "dense_weight=0.5",
@@ -486,7 +488,7 @@ def test_single_object_curriculum_changes_only_the_first_micro_batches():
     assert max(len(e.extra["scene"].objects) for e in stream.batch(2, 64)) > 1
     recipe = get_recipe("scenes-tiny")
     with pytest.raises(CapscoreError, match="single_object_steps"):
-        recipe.prepare(None, resolve_params(recipe, {"single_object_steps": "-1"}))
+        resolve_params(recipe, {"single_object_steps": "-1"})
 
 
 def test_min_objects_crowds_the_scenes_after_the_single_object_phase():
@@ -506,7 +508,7 @@ def test_min_objects_crowds_the_scenes_after_the_single_object_phase():
     assert recipe.data(None, resolve_params(recipe, {"min_objects": "4"}), seed=0).min_objects == 4
     for bad in ("0", "7", "two"):
         with pytest.raises(CapscoreError, match="min_objects"):
-            recipe.prepare(None, resolve_params(recipe, {"min_objects": bad}))
+            resolve_params(recipe, {"min_objects": bad})
 
 
 def test_a_v3_run_exports_the_two_bundled_files_and_its_claims_are_the_shipped_files(tmp_path):

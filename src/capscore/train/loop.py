@@ -38,8 +38,9 @@ import torch
 
 from capscore._log import open_bar
 from capscore.backbones.base import Backbone
-from capscore.errors import CapscoreError
+from capscore.errors import CapscoreError, param_error
 from capscore.train.data import Example
+from capscore.train.options import AMP_MODES  # auto, bf16, fp16, off
 
 StepFn = Callable[..., tuple[torch.Tensor, dict]]
 
@@ -84,7 +85,6 @@ class TrainResult:
 
 
 # ----------------------------------------------------------------------------- helpers
-AMP_MODES = ("auto", "bf16", "fp16", "off")
 
 
 def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
@@ -99,12 +99,12 @@ def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
     FILIP term, a fifth of the step, stays fp32; docs/train.md).
     ``fp16`` needs CUDA (CPU fp16 autocast has no loss scaler here)."""
     if amp not in AMP_MODES:
-        raise CapscoreError(f"--amp {amp!r}: expected one of {', '.join(AMP_MODES)}")
+        raise param_error("amp", "train", " or ".join(map(repr, AMP_MODES)), amp)
     cuda = device.type == "cuda"
     if amp == "off" or (amp == "auto" and not cuda):
         return None
     if amp == "fp16" and not cuda:
-        raise CapscoreError("--amp fp16 needs a CUDA device; on CPU use --amp bf16 or --amp off")
+        raise CapscoreError("amp='fp16' needs a CUDA device; on CPU use amp='bf16' or amp='off'")
     if amp == "bf16" or (amp == "auto" and torch.cuda.is_bf16_supported()):
         return torch.bfloat16
     return torch.float16
@@ -122,7 +122,7 @@ def batch_indices(k: int, n: int, cfg: TrainConfig) -> list[int]:
     """Example indices of global micro-batch ``k``: epochs of a seeded permutation, last partial batch dropped."""
     per_epoch = n // cfg.batch_size
     if per_epoch == 0:
-        raise CapscoreError(f"--batch-size {cfg.batch_size} is larger than the {n} training examples")
+        raise CapscoreError(f"batch_size {cfg.batch_size} is larger than the {n} training examples")
     epoch, pos = divmod(k, per_epoch)
     g = torch.Generator().manual_seed(cfg.seed * 1000003 + epoch)
     perm = torch.randperm(n, generator=g)
@@ -279,7 +279,8 @@ def load_checkpoint(d: Path, backbone, optimizer, scaler, cfg: TrainConfig) -> t
     for key in ("batch_size", "accum", "seed", "steps", "lr", "warmup", "amp"):
         was = saved.get(key, asdict(TrainConfig())[key])  # checkpoints from before a key existed: its default
         if was != asdict(cfg)[key]:
-            raise CapscoreError(f"--resume: {key} was {was} in {d}, now {asdict(cfg)[key]}; use the same options")
+            raise CapscoreError(f"resume: {key} was {was} in {d}, now {asdict(cfg)[key]}; resume with the same "
+                                "options")
     backbone.model.load_state_dict(load_file(str(d / "model.safetensors"), device=str(backbone.device)))
     # On the CPU: RNG states must be CPU byte tensors (torch.cuda.set_rng_state refuses CUDA ones), and
     # Optimizer.load_state_dict moves each moment to its parameter's device itself.
@@ -355,8 +356,8 @@ def deterministic_algorithms(on: bool, device: torch.device):
         msg = str(e)
         if "use_deterministic_algorithms" not in msg:
             raise
-        raise CapscoreError(f"--deterministic: {msg.split('. ')[0].strip()} on {device.type}; "
-                            "train without --deterministic") from None
+        raise CapscoreError(f"deterministic: {msg.split('. ')[0].strip()} on {device.type}; "
+                            "train with deterministic=False") from None
     finally:
         torch.use_deterministic_algorithms(was, warn_only=was_warn)
 
@@ -380,7 +381,7 @@ def _train(backbone: Backbone, step_fn: StepFn, examples, cfg: TrainConfig, out,
     if resume:
         last = latest_checkpoint(ckpts)
         if last is None:
-            raise CapscoreError(f"--resume: no checkpoint under {ckpts}")
+            raise CapscoreError(f"resume: no checkpoint under {ckpts}")
         start, state = load_checkpoint(last, backbone, optimizer, scaler, cfg)
         result.state = state
         if main and log_path.exists():  # drop lines written after that checkpoint: the log equals an uninterrupted run
@@ -457,8 +458,8 @@ def _train(backbone: Backbone, step_fn: StepFn, examples, cfg: TrainConfig, out,
         done = step + 1
         entry = {"step": done, "lr": lr, **totals, "sec": round(time.perf_counter() - t0, 4)}
         result.history.append(entry)
-        bar.update(1)
-        bar.set_postfix(loss=f"{totals['loss']:.4f}", refresh=False)
+        bar.set_postfix(loss=f"{totals['loss']:.4f}", refresh=False)  # before update(), which draws the bar:
+        bar.update(1)  # the bar shows this step's loss
         if done % cfg.log_every == 0 or done == cfg.steps:
             log({k: v for k, v in entry.items() if k != "sec"} | {"sec": entry["sec"]})
         if cfg.eval_every and done % cfg.eval_every == 0 and done != cfg.steps:
@@ -480,5 +481,5 @@ def _tensorboard(out: Path):
     try:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
-        raise CapscoreError("--tensorboard needs the 'tensorboard' package (pip install tensorboard)") from None
+        raise CapscoreError("tensorboard=True needs the 'tensorboard' package (pip install tensorboard)") from None
     return SummaryWriter(str(out / "tensorboard"))

@@ -1,9 +1,9 @@
 """Recipes: which weights train, what a batch becomes, which objective it feeds.
 
-Each recipe is data (:class:`Recipe`): the example fields it needs, its
-hyper-parameters with defaults (``--set key=value`` overrides them), a
-``prepare`` (model surgery, freezing) and a ``step`` (batch -> loss). The loop in
-:mod:`capscore.train.loop` is shared.
+Each recipe is data (:class:`Recipe`): the example fields it needs, the frozen dataclass of its
+parameters (:mod:`capscore.train.options`: typed, checked once; a recipe file's ``[params]`` or
+``--set key=value`` set them), a ``prepare`` (model surgery, freezing) and a ``step`` (batch -> loss).
+The loop in :mod:`capscore.train.loop` is shared.
 
 ===============  ========================================================================
 ``contrastive``  CLIP InfoNCE on (image, caption); ``stretch=1`` first stretches a 77-token
@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 import torch
 
 from capscore.backbones.base import Backbone
-from capscore.errors import CapscoreError, unknown_name
+from capscore.errors import unknown_name
 from capscore.train import objectives as obj
 from capscore.train import scenes_tiny
 from capscore.train.data import Example, negative_detail
 from capscore.train.loop import encode_texts
+from capscore.train.options import RecipeParams, choice, non_negative, option, probability
 from capscore.train.surgery import freeze, freeze_tower, stretch_text_tower
 
 
@@ -47,8 +48,8 @@ from capscore.train.surgery import freeze, freeze_tower, stretch_text_tower
 class Recipe:
     name: str
     needs: tuple[str, ...]
-    params: dict
-    prepare: Callable[[Backbone, dict], dict]  # returns the initial recipe state
+    params_type: type[RecipeParams]  # the frozen dataclass of its parameters
+    prepare: Callable[[Backbone, RecipeParams], dict]  # returns the initial recipe state
     step: Callable[..., tuple[torch.Tensor, dict]]
     export: str = "ckpt"  # what the trained model is exported as
     citation: str = ""
@@ -58,23 +59,99 @@ class Recipe:
     # A recipe that makes its own data (a stream) and starts from its own model with its own
     # schedule defaults (used where the user passes no option): the scenes-tiny recipe.
     data: Callable | None = None  # (backbone, params, *, seed) -> ExampleStream
-    start_model: str | None = None  # default --model
+    start_model: str | None = None  # default model
     train_defaults: dict = field(default_factory=dict)  # steps, warmup, grad_clip, min_lr_ratio, no_decay
+
+    def defaults(self) -> RecipeParams:
+        """The recipe's parameters at their defaults."""
+        return self.params_type()
+
+
+# ----------------------------------------------------------------------------- parameters
+@dataclass(frozen=True)
+class CommonParams(RecipeParams):
+    """Model surgery every fine-tuning recipe but PR-MCS takes."""
+
+    stretch: bool = False  # stretch a 77-token text tower to 248 positions first (LongCLIP)
+    freeze_image: bool = False
+    freeze_text: bool = False
+    freeze: tuple[str, ...] = ()  # parameter-name prefixes to freeze (capscore.train.surgery.freeze)
+
+
+@dataclass(frozen=True)
+class ContrastiveParams(CommonParams):
+    RECIPE = "contrastive"
+
+
+# Where the specs recipe's d⁻ comes from: "batch" is the paper's (§4.3: "randomly sampling a detail unit from
+# another image-caption pair in the batch", word-shuffled with ``shuffle_prob``); "controlled" is not in
+# the paper: d⁺ made false about the image (``Example.false_units``, scene examples only), the minimal
+# false fact that ``benchmarks/replicate.py`` evaluates SR_neg on -- a diagnostic of whether the paper's
+# negatives are what keeps SR_neg down in the miniature (docs/replications.md).
+SPECS_NEGATIVES = ("batch", "controlled")
+
+
+@dataclass(frozen=True)
+class SpecsParams(CommonParams):
+    """SPECS (eqs. 3-4): weights, margins and where d⁻ comes from (:func:`capscore.train.objectives.specs_loss`)."""
+
+    RECIPE = "specs"
+    stretch: bool = True  # SPECS builds on LongCLIP
+    alpha: float = option(1.0, "a float >= 0", non_negative)
+    beta: float = option(8.0, "a float >= 0", non_negative)
+    gamma: float = option(0.8, "a float >= 0", non_negative)
+    fixed_margin: float | None = option(None, "a float >= 0 or none", non_negative)
+    margin_max: float = option(1.5, "a float >= 0", non_negative)
+    shuffle_prob: float = option(0.9, "a probability in [0, 1]", probability)
+    symmetric: bool = False
+    theta: str = choice(*obj.SPECS_THETAS)
+    margin: str = choice(*obj.SPECS_MARGINS)
+    grammar: str = "capscore"
+    negatives: str = choice(*SPECS_NEGATIVES)
+
+    def check(self) -> None:
+        from capscore.probes.segment import GRAMMARS
+
+        if self.grammar not in GRAMMARS:
+            raise self.error("grammar", " or ".join(repr(g) for g in GRAMMARS))
+
+
+@dataclass(frozen=True)
+class PrmcsParams(RecipeParams):
+    """PR-MCS (sections 3.1 and 3.4): distillation steps, the margin m and the λ weights."""
+
+    RECIPE = "prmcs"
+    distill_steps: int = option(50, "a whole number >= 0", non_negative)
+    margin: float = 0.1
+    lambda1: float = option(0.1, "a float >= 0", non_negative)
+    lambda2: float = option(0.05, "a float >= 0", non_negative)
+    lambda3: float = option(0.05, "a float >= 0", non_negative)
+    perturb_p: float = option(0.4, "a probability in [0, 1]", probability)
+
+
+@dataclass(frozen=True)
+class PacsParams(CommonParams):
+    """PAC-S (eq. 2): the weights of the generated-image and generated-caption terms."""
+
+    RECIPE = "pacs"
+    lambda_v: float = option(0.05, "a float >= 0", non_negative)
+    lambda_t: float = option(0.05, "a float >= 0", non_negative)
+    infonce_mean: bool = False  # halve L as CLIP does ("mean" of the two directions)
 
 
 def _scale(bb: Backbone) -> torch.Tensor:
     return bb.logit_scale.exp()
 
 
-def _common_prepare(bb: Backbone, p: dict) -> None:
-    if p.get("stretch") and bb.context_length < 248:
+def _common_prepare(bb: Backbone, p: CommonParams) -> None:
+    if p.stretch and bb.context_length < 248:
         stretch_text_tower(bb)
-    if p.get("freeze_image"):
+    if p.freeze_image:
         freeze_tower(bb, "image")
-    if p.get("freeze_text"):
+    if p.freeze_text:
         freeze_tower(bb, "text")
-    if p.get("freeze"):
-        freeze(bb.model, [s for s in str(p["freeze"]).split(",") if s])
+    if p.freeze:
+        freeze(bb.model, list(p.freeze))
 
 
 # ----------------------------------------------------------------------------- contrastive
@@ -91,13 +168,6 @@ def _contrastive_step(bb, batch, *, p, pixels, **_):
 
 # ----------------------------------------------------------------------------- SPECS
 def _specs_prepare(bb, p):
-    from capscore.errors import param_error
-    from capscore.probes.segment import GRAMMARS
-
-    for key, ok in (("theta", obj.SPECS_THETAS), ("margin", obj.SPECS_MARGINS), ("grammar", tuple(GRAMMARS)),
-                    ("negatives", SPECS_NEGATIVES)):
-        if p[key] not in ok:
-            raise param_error(key, "the specs recipe (--set)", " or ".join(repr(o) for o in ok), p[key])
     _common_prepare(bb, p)
     return {"margin": 0.0}
 
@@ -119,12 +189,6 @@ def _specs_draw(e: Example, rng: random.Random) -> tuple[str, str, int | None]:
     return " ".join(e.units[:j]), e.units[j], j
 
 
-# Where the specs recipe's d⁻ comes from: "batch" is the paper's (§4.3: "randomly sampling a detail unit from
-# another image-caption pair in the batch", word-shuffled with ``shuffle_prob``); "controlled" is not in
-# the paper: d⁺ made false about the image (``Example.false_units``, scene examples only), the minimal
-# false fact that ``benchmarks/replicate.py`` evaluates SR_neg on -- a diagnostic of whether the paper's
-# negatives are what keeps SR_neg down in the miniature (docs/replications.md).
-SPECS_NEGATIVES = ("batch", "controlled")
 
 
 def specs_triplets(batch: list[Example], rng: random.Random, *, negatives: str = "batch",
@@ -148,15 +212,14 @@ def specs_triplets(batch: list[Example], rng: random.Random, *, negatives: str =
 
 
 def _specs_step(bb, batch, *, p, pixels, state, rng, **_):
-    trip, neg = specs_triplets(batch, rng, negatives=p["negatives"], shuffle_prob=p["shuffle_prob"])
+    trip, neg = specs_triplets(batch, rng, negatives=p.negatives, shuffle_prob=p.shuffle_prob)
     texts = [e.caption for e in batch] + [b for b, _ in trip]
     texts += [f"{b} {d}" for b, d in trip] + [f"{b} {n}" for (b, _), n in zip(trip, neg)]
     t = encode_texts(bb, texts).view(4, len(batch), -1)  # (4, B, D): caption, c_j, c_j+d⁺, c_j+d⁻
     img, _ = bb.forward_images(pixels([e.image for e in batch]))
     out = obj.specs_loss(img, t[0], t[1], t[2], t[3], _scale(bb), margin=state["margin"],
-                         fixed_margin=p["fixed_margin"], alpha=p["alpha"], beta=p["beta"], gamma=p["gamma"],
-                         margin_max=p["margin_max"], symmetric=bool(p["symmetric"]), theta=p["theta"],
-                         margin_mode=p["margin"])
+                         fixed_margin=p.fixed_margin, alpha=p.alpha, beta=p.beta, gamma=p.gamma,
+                         margin_max=p.margin_max, symmetric=p.symmetric, theta=p.theta, margin_mode=p.margin)
     state["margin"] = out.margin
     return out.loss, {"contrastive": out.contrastive.item(), "detail": out.detail.item(),
                       "negative": out.negative.item(), "margin": out.margin}
@@ -178,7 +241,7 @@ def _teacher_texts(bb, texts):
         return encode_texts(bb.teacher, texts)
 
 
-def _perturb(text: str, lang: str, rng: random.Random, p: dict) -> str:
+def _perturb(text: str, lang: str, rng: random.Random, p: PrmcsParams) -> str:
     from capscore.perturb.prmcs import PERTURBATIONS, perturb
 
     kinds = list(PERTURBATIONS)
@@ -186,7 +249,7 @@ def _perturb(text: str, lang: str, rng: random.Random, p: dict) -> str:
     for kind in kinds:  # substitution needs nouns (spaCy, English) — fall through to another kind
         if kind == "substitution" and lang != "en":
             continue
-        out = perturb(text, kind, p=p["perturb_p"], seed=rng.randrange(2**31), ensure_change=True)
+        out = perturb(text, kind, p=p.perturb_p, seed=rng.randrange(2**31), ensure_change=True)
         if out.ok:
             return out.text
     return text + " " + text  # pragma: no cover - one-word captions
@@ -224,7 +287,7 @@ def batch_languages(batch: list[Example], rng: random.Random) -> list[str]:
 
 def _prmcs_step(bb, batch, *, p, pixels, step, rng, **_):
     tr = [languages_of(e) for e in batch]
-    if step < p["distill_steps"]:  # stage 1: student(translation) -> teacher(English)
+    if step < p.distill_steps:  # stage 1: student(translation) -> teacher(English)
         pick = batch_languages(batch, rng)
         student = encode_texts(bb, [t[lang] for t, lang in zip(tr, pick)])
         teacher = _teacher_texts(bb, [t["en"] for t in tr])
@@ -242,8 +305,7 @@ def _prmcs_step(bb, batch, *, p, pixels, step, rng, **_):
             pert.append(_perturb(o, lang, rng, p))
     t = encode_texts(bb, orig + pert).view(2, len(batch), -1)  # (2, B, D)
     img, _ = bb.forward_images(pixels([e.image for e in batch]))
-    out = obj.prmcs_loss(img, t[0], t[1], _scale(bb), margin=p["margin"],
-                         lambdas=(p["lambda1"], p["lambda2"], p["lambda3"]))
+    out = obj.prmcs_loss(img, t[0], t[1], _scale(bb), margin=p.margin, lambdas=(p.lambda1, p.lambda2, p.lambda3))
     return out.loss, {"clip": out.clip.item(), "align": out.align.item(),
                       "image_perturbed": out.image_perturbed.item(), "text_perturbed": out.text_perturbed.item(),
                       "perturbed_from_data": given / len(batch)}
@@ -255,36 +317,31 @@ def _pacs_step(bb, batch, *, p, pixels, **_):
     img, _ = bb.forward_images(pixels([e.image for e in batch] + [e.gen_image for e in batch]))
     img = img.view(2, n, -1)  # (2, B, D): real, generated
     txt = encode_texts(bb, [e.caption for e in batch] + [e.gen_caption for e in batch]).view(2, n, -1)
-    out = obj.pacs_loss(img[0], txt[0], img[1], txt[1], _scale(bb), lambda_v=p["lambda_v"], lambda_t=p["lambda_t"],
-                        directions="mean" if p["infonce_mean"] else "sum")
+    out = obj.pacs_loss(img[0], txt[0], img[1], txt[1], _scale(bb), lambda_v=p.lambda_v, lambda_t=p.lambda_t,
+                        directions="mean" if p.infonce_mean else "sum")
     return out.loss, {"real": out.real.item(), "gen_images": out.generated_images.item(),
                       "gen_texts": out.generated_texts.item()}
 
 
-COMMON = {"stretch": 0, "freeze_image": 0, "freeze_text": 0, "freeze": ""}
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in [
-        Recipe("contrastive", ("caption",), dict(COMMON), _contrastive_prepare, _contrastive_step,
+        Recipe("contrastive", ("caption",), ContrastiveParams, _contrastive_prepare, _contrastive_step,
                citation="Radford et al., 2021 (CLIP)"),
-        Recipe("specs", ("caption",),
-               dict(COMMON, stretch=1, alpha=1.0, beta=8.0, gamma=0.8, fixed_margin=None, margin_max=1.5,
-                    shuffle_prob=0.9, symmetric=0, theta="logit", margin="carried", grammar="capscore",
-                    negatives="batch"),
-               _specs_prepare, _specs_step, citation="Chen, Salazar, Kementchedjhieva, 2025 (SPECS), eqs. 3-4",
+        Recipe("specs", ("caption",), SpecsParams, _specs_prepare, _specs_step,
+               citation="Chen, Salazar, Kementchedjhieva, 2025 (SPECS), eqs. 3-4",
                # §4.3: "Adam ... learning rate of 1e-5, weight decay of 1e-2, batch size of 100 per GPU, and
                # gradient accumulation over 4 steps (yielding an effective batch size of 400)"; Adam's
                # default betas/eps (the paper names none)
                optim=dict(lr=1e-5, weight_decay=1e-2, batch_size=100, accum=4, betas=(0.9, 0.999), eps=1e-8)),
-        Recipe("prmcs", ("caption",),
-               dict(distill_steps=50, margin=0.1, lambda1=0.1, lambda2=0.05, lambda3=0.05, perturb_p=0.4),
-               _prmcs_prepare, _prmcs_step, citation="Kim et al., 2023 (PR-MCS), sections 3.1 and 3.4",
+        Recipe("prmcs", ("caption",), PrmcsParams, _prmcs_prepare, _prmcs_step,
+               citation="Kim et al., 2023 (PR-MCS), sections 3.1 and 3.4",
                # App. B.2: "AdamW ... beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8. The initial learning rate is
                # 5e-5"; weight decay unstated: torch.optim.AdamW's default 1e-2
                optim=dict(lr=5e-5, weight_decay=1e-2, betas=(0.9, 0.999), eps=1e-8)),
-        Recipe("pacs", ("caption", "gen_image", "gen_caption"), dict(COMMON, lambda_v=0.05, lambda_t=0.05, infonce_mean=0),
-               _contrastive_prepare, _pacs_step, citation="Sarto et al., CVPR 2023 (PAC-S), eq. 2"),
-        Recipe("scenes-tiny", ("caption", "negative"), dict(scenes_tiny.PARAMS), scenes_tiny.prepare,
+        Recipe("pacs", ("caption", "gen_image", "gen_caption"), PacsParams, _contrastive_prepare, _pacs_step,
+               citation="Sarto et al., CVPR 2023 (PAC-S), eq. 2"),
+        Recipe("scenes-tiny", ("caption", "negative"), scenes_tiny.ScenesTinyParams, scenes_tiny.prepare,
                scenes_tiny.step, export="scenes-tiny", data=scenes_tiny.data, start_model=scenes_tiny.START_MODEL,
                optim=dict(scenes_tiny.OPTIM), train_defaults=dict(scenes_tiny.TRAIN_DEFAULTS),
                citation="Radford et al., 2021 (CLIP) + hard negatives per image; optional dense term: "
@@ -299,29 +356,13 @@ def get_recipe(name: str) -> Recipe:
     return RECIPES[name]
 
 
-def resolve_params(recipe: Recipe, overrides: dict[str, str]) -> dict:
-    """Defaults updated with ``--set key=value`` strings, parsed to the default's type."""
-    p = dict(recipe.params)
-    for key, raw in overrides.items():
-        if key not in p:
-            raise unknown_name(f"parameter of recipe {recipe.name!r}", key, p)
-        default = p[key]
-        try:
-            if raw.lower() in ("none", "null") and not (isinstance(default, str) and default):
-                # no value; but a parameter whose default is a non-empty word keeps it (dense=none is a choice)
-                p[key] = None
-            elif isinstance(default, bool) or isinstance(default, int) and not isinstance(default, bool):
-                p[key] = int(raw)
-            elif isinstance(default, float) or default is None:
-                p[key] = float(raw)
-            else:
-                p[key] = raw
-        except ValueError:
-            raise CapscoreError(f"--set {key}={raw}: expected a {type(default).__name__}") from None
-    return p
+def resolve_params(recipe: Recipe, overrides: dict[str, str]) -> RecipeParams:
+    """The recipe's parameters: its defaults updated with ``--set key=value`` strings, each parsed with the
+    field's type (:meth:`capscore.train.options.RecipeParams.from_strings`)."""
+    return recipe.params_type.from_strings(overrides)
 
 
-def make_step(recipe: Recipe, params: dict):
+def make_step(recipe: Recipe, params: RecipeParams):
     def step_fn(bb, batch: list[Example], *, step, state, rng, pixels):
         return recipe.step(bb, batch, p=params, step=step, state=state, rng=rng, pixels=pixels)
 

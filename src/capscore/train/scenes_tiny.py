@@ -1,86 +1,52 @@
-"""The ``scenes-tiny`` recipe: train capscore's bundled model from scratch on synthetic scenes.
+"""The ``scenes-tiny`` recipe: train a small CLIP from scratch on capscore's synthetic scenes.
 
-``capscore train scenes-tiny --out DIR`` runs it through the one loop (:mod:`capscore.train.loop`),
-so checkpoints, exact resume, logs, evaluation and the model card are those of every recipe.
-The v1 model's run (``scenes-tiny-v1``) is this recipe with its defaults (``tests/test_train_scenes_tiny.py``
-pins a short run of it bit for bit against the trainer it replaced); the bundled ``scenes-tiny`` (v3) is
-this recipe on ``openclip:scenes-tiny-v3`` with the FILIP term, re-weighted negatives, the single-object
-curriculum, the locked text tower and image twins, then the same recipe again from that run's file on crowded
-scenes with shape and count negatives weighted up (the two commands are in ``capscore/scenes/MODEL_CARD.md``).
-Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and ``scenes-tiny.json``
-(:func:`bundle_report`).
+``capscore train scenes-tiny --out DIR`` runs it through the one loop (:mod:`capscore.train.loop`), so
+checkpoints, exact resume, logs, evaluation and the model card are those of every recipe. The output folder
+also holds the bundled format, ``scenes-tiny.safetensors`` (fp16) and ``scenes-tiny.json``
+(:func:`bundle_report`). The bundled models are this recipe with the settings of their recipe files
+(``capscore/train/recipe_files/``); the training studies behind those settings are in
+docs/research/scenes-training.md. Parameters (:class:`ScenesTinyParams`):
 
 * data (:class:`SceneStream`): micro-batch ``k`` is ``generate_scenes(B, seed, split="train",
-  start=k·B)`` — a pure function of (seed, k); no scene repeats, held-out (shape, colour) pairs never
+  start=k·B)`` -- a pure function of (seed, k); no scene repeats, held-out (shape, colour) pairs never
   appear, not even in negatives (:func:`capscore.scenes.make_flaw` avoids them in train scenes);
 * each image gets one positive text (the correct twin of its hard negative, the short caption, a
   paraphrase or a prefix of the long caption, in a random template style) and one **hard negative**:
-  the same kind of caption with one controlled error, its kind drawn among ``negative_kinds`` that
-  apply to the scene — uniformly (v1) or by ``negative_weights``;
-* **image twins** (``twins`` = p, default 0): after a scene, with probability p, its counterfactual twin
-  (:func:`capscore.scenes.captions.counterfactual`: the scene edited so that its hard negative is true
-  and the correct twin false; colour, shape, count and attribute-swap negatives) takes the next slot of
-  the micro-batch, with the flawed caption as its positive and the exact correct caption as its
-  negative. The two images and two captions form a minimal pair both ways, so a text-only prior cannot
-  win it (``capscore scenes eval`` reports that prior as the *blind* accuracy). A micro-batch stays B
-  examples, so it holds fewer distinct scenes;
-* **several hard negatives per image** (``negatives_per_image`` = k, default 1): k − 1 further false
-  captions per image (and per image twin), each a fresh draw of kind (by ``negative_weights``) and error,
-  in a random style, as extra image→text columns of both terms. Why: the image tower is nearly all of a
-  step's cost (the text tower encodes short captions at width 128), so more negatives buy more error
-  signal per rendered image for little time. Several hard negatives per image is common practice after
-  NegCLIP (which used one); k and the draw are this recipe's choice. Measured on v4's stage 2 (docs/scenes.md,
-  "More hard negatives per image"): k = 3 costs about what k = 1 does per step but does not lift counting
-  (seen count 0.908 against 0.900); it strengthens the text prior instead. So the recipes keep k = 1;
-* **patch dropout** (``patch_dropout`` = r, default 0): during training steps a random share r of each
-  image's patch tokens is dropped after the stem and position embeddings (FLIP, Li et al. 2023, section 3,
-  through open_clip's ``PatchDropout``), so the transformer, the read-out and the FILIP term see the kept
-  patches only; evaluation and export see all of them. Why: the image tower is nearly all of a step's cost,
-  so more images per minute; FLIP's trade is more images for a noisier view of each;
+  the same kind of caption with one controlled error, its kind drawn among ``negative_kinds`` that apply
+  to the scene -- uniformly, or by ``negative_weights``; ``prefix_p`` of the pairs carry CLIP-S's prompt
+  prefix;
+* **image twins** (``twins`` = p): after a scene, with probability p, its counterfactual twin
+  (:func:`capscore.scenes.captions.counterfactual`: the scene edited so that its hard negative is true and
+  the correct twin false) takes the next slot of the micro-batch, with the flawed caption as its positive
+  and the exact correct caption as its negative -- a minimal pair both ways, so a text-only prior cannot
+  win it. A micro-batch stays B examples;
+* **several hard negatives per image** (``negatives_per_image`` = k): k − 1 further false captions per
+  image, each a fresh draw of kind and error, as extra image→text columns of both terms (NegCLIP,
+  Yuksekgonul et al. 2023, used one);
+* **patch dropout** (``patch_dropout`` = r): in training forwards a random share r of each image's patch
+  tokens is dropped after the stem and position embeddings (FLIP, Li et al. 2023, section 3, through
+  open_clip's ``PatchDropout``); evaluation and export see all patches;
 * loss: symmetric CLIP InfoNCE with the k·B hard negatives as extra image→text columns
-  (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally
-  ``dense_weight`` × FILIP's token-wise max-similarity loss over patch and word tokens
-  (``dense=filip``; :func:`capscore.train.objectives.filip_loss`), whose image→text columns are the
-  B positives plus each image's own hard negatives (``dense_negatives=own``, the default: with k = 1 half
-  the cost of ``all``, which gives every image all k·B negatives as the global term does);
-* **locked-text warm-up** (``lock_text_steps`` = N, default 0): for the first N steps the text tower
-  stays at its random init (its texts are encoded without gradient, so AdamW neither moves nor decays
-  it) and only the image tower and the temperature learn; then both train. Why: trained jointly from
-  scratch, the two towers settle early on a shape-blind solution — each tower's gradient for telling
-  two shapes apart is proportional to how far the *other* tower already tells them apart, colour, size
-  and pattern are learnt first, and shape sensitivity of the text tower *falls* below its random init
-  (feature suppression; Chen et al. 2021, "Intriguing Properties of Contrastive Losses"). Fixed caption
-  embeddings act as the supervised control's fixed labels (``benchmarks/scenes_shape.py --contrastive
-  ... --lock-text``). The image tower is locked instead in LiT (Zhai et al. 2022); locking the
-  text tower for a warm-up is this recipe's choice, not a paper's;
-* **single-object curriculum** (``single_object_steps`` = N, default 0): the first N micro-batches
-  (steps × ``--accum``) hold single-object scenes only (their negatives: the kinds above that apply to
-  one object), then the usual 1–6 objects. Why: with the text tower locked, the image tower learns shape
-  from single objects within 200 steps but not from scenes of 1–6 objects, where colour, count and
-  position already tell the captions apart (``benchmarks/scenes_shape.py --contrastive ... --objects 1 6
-  --lock-text``). Curriculum learning (Bengio et al. 2009) is the idea; the split is this recipe's choice.
-  Measured on v3 (docs/scenes.md § Why shape is not learned; one seed each), shape on minimal image
-  pairs 0.26 / 0.37 → 0.48 / 0.51 with both at 300 (only the image tower learns shape before the full
-  scenes, and they undo most of it), → 0.72 / 0.78 with ``single_object_steps=500 lock_text_steps=300``
-  (the text tower then learns shape from single objects too, and keeps it); that alone lowers count on
-  minimal pairs (0.43 → 0.19), which ``twins=0.5`` restores (0.69);
-* **crowded scenes** (``min_objects`` = m, default 1): after the single-object phase the scenes hold
-  m .. 6 objects instead of 1 .. 6 (evaluation is unchanged: ``capscore scenes eval`` draws 1 .. 6). Why:
-  the first v4 file's remaining count errors were in scenes of four to six objects, its single-object
-  scenes solved, and seen count follows the number of training pairs (docs/scenes.md, "Crowded scenes");
-  spending stage 2's pairs where the errors are is the idea, the value of m this recipe's choice;
-* **bound negatives** (``bound_negatives`` = p, default 0): with probability p a colour, shape, count or
+  (:func:`capscore.train.objectives.hard_negative_contrastive_loss`), plus optionally ``dense_weight`` ×
+  FILIP's token-wise max-similarity loss over patch and word tokens (``dense=filip``; Yao et al. 2022,
+  section 3.1; :func:`capscore.train.objectives.filip_loss`), whose image→text columns are the B
+  positives plus each image's own hard negatives (``dense_negatives=own``) or all k·B (``all``);
+* **locked-text warm-up** (``lock_text_steps`` = N): for the first N steps the text tower stays at its
+  init (texts encoded without gradient, so AdamW neither moves nor decays it); then both towers train.
+  It counters feature suppression between jointly trained towers (Chen et al. 2021, "Intriguing
+  Properties of Contrastive Losses"); LiT (Zhai et al. 2022) locks the image tower instead;
+* **single-object curriculum** (``single_object_steps`` = N): micro-batches k < N (steps × accumulation)
+  hold single-object scenes only, then scenes of ``min_objects`` .. 6 objects (curriculum learning,
+  Bengio et al. 2009);
+* **crowded scenes** (``min_objects`` = m): after the single-object phase the scenes hold m .. 6 objects
+  (evaluation is unchanged: ``capscore scenes eval`` draws 1 .. 6);
+* **bound negatives** (``bound_negatives`` = p): with probability p a colour, shape, count or
   hallucination negative is drawn among the *bound* errors of its scene (``make_flaw(bound=True)``: the
-  new value is already on another object, so only binding tells the captions apart; the rule of
-  :func:`capscore.scenes.evaluate.needs_binding`), where the scene has any. Natural draws make about
-  17 % of these negatives bound in scenes of two or more objects; p = 0.5 makes it about 44 %, p = 1
-  about 78 %. Why: the bundled model's remaining flip errors are bound items (docs/scenes.md § Perception
-  or binding); this gives them a larger share of the hard negatives. Matching hard negatives to a
-  compositional failure is NegCLIP's idea (Yuksekgonul et al. 2023); the rule is this recipe's;
+  new value is already on another object, so only binding tells the captions apart), where it has any;
 * optimisation (the loop's; this recipe's defaults in :data:`OPTIM`, :data:`TRAIN_DEFAULTS`): AdamW, no
   weight decay on gains, biases, embeddings and the logit scale, linear warm-up then cosine decay to
-  10 % of the peak rate, gradient clipping at 1.0; fp32 on CPU; the model starts from the random
-  init of ``--model openclip:ARCH`` with ``--seed``.
+  10 % of the peak rate, gradient clipping at 1.0; the model starts from the random init of
+  ``openclip:ARCH`` with the run's seed (:data:`START_MODEL`), or from any model spec given.
 """
 from __future__ import annotations
 
@@ -92,10 +58,12 @@ import torch
 
 from capscore.backbones.base import Backbone
 from capscore.embed.images import ImageRef
-from capscore.errors import CapscoreError, param_error
+from capscore.errors import CapscoreError
+from capscore.scenes.vocab import MAX_OBJECTS
 from capscore.train import objectives as obj
 from capscore.train.data import Example
 from capscore.train.loop import encode_texts_bucketed
+from capscore.train.options import RecipeParams, choice, non_negative, option, probability
 
 HARD_NEGATIVE_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
 CLIP_S_PREFIX = "A photo depicts "
@@ -104,33 +72,45 @@ DENSE_TERMS = ("none", "filip")
 # The v1 bundled model's optimisation (its MODEL_CARD): used where the user passes no option.
 OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the loop's (0.9, 0.98), 1e-6
 TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
-PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="", prefix_p=0.25,
-              dense="none", dense_weight=0.0, dense_negatives="own", twins=0.0, lock_text_steps=0,
-              single_object_steps=0, bound_negatives=0.0, negatives_per_image=1, patch_dropout=0.0,
-              min_objects=1)
-START_MODEL = "openclip:scenes-tiny"  # random init from --seed
+START_MODEL = "openclip:scenes-tiny"  # random init from the seed
 
 
-def negative_mix(p: dict) -> tuple[tuple[str, ...], np.ndarray | None]:
-    """(kinds, weights or None for uniform) from the recipe parameters, checked."""
+def _kinds_ok(kinds: tuple[str, ...]) -> bool:
     from capscore.scenes import ERROR_KINDS
 
-    kinds = tuple(k.strip() for k in str(p["negative_kinds"]).split(",") if k.strip())
-    bad = [k for k in kinds if k not in ERROR_KINDS]
-    if bad or not kinds:
-        raise param_error("negative_kinds", "the scenes-tiny recipe (--set)",
-                          "a comma-separated list of " + ", ".join(ERROR_KINDS), p["negative_kinds"])
-    if not str(p["negative_weights"]).strip():
-        return kinds, None
-    try:
-        w = np.array([float(x) for x in str(p["negative_weights"]).split(",")])
-    except ValueError:
-        w = np.array([])
-    if len(w) != len(kinds) or (w < 0).any() or w.sum() <= 0:
-        raise param_error("negative_weights", "the scenes-tiny recipe (--set)",
-                          f"{len(kinds)} non-negative numbers, one per negative kind, not all zero",
-                          p["negative_weights"])
-    return kinds, w
+    return bool(kinds) and all(k in ERROR_KINDS for k in kinds)
+
+
+@dataclass(frozen=True)
+class ScenesTinyParams(RecipeParams):
+    """The scenes-tiny recipe's parameters (each described in the module docstring)."""
+
+    RECIPE = "scenes-tiny"
+    negative_kinds: tuple[str, ...] = option(HARD_NEGATIVE_KINDS, "a list of the error kinds " +
+                                             ", ".join(HARD_NEGATIVE_KINDS), _kinds_ok)
+    negative_weights: tuple[float, ...] = ()  # one per negative kind; () = uniform
+    prefix_p: float = option(0.25, "a probability in [0, 1]", probability)
+    dense: str = choice(*DENSE_TERMS)
+    dense_weight: float = option(0.0, "a float >= 0", non_negative)
+    dense_negatives: str = choice("own", "all")
+    twins: float = option(0.0, "a probability in [0, 1]", probability)
+    lock_text_steps: int = option(0, "a number of steps >= 0", non_negative)
+    single_object_steps: int = option(0, "a number of steps >= 0", non_negative)
+    bound_negatives: float = option(0.0, "a probability in [0, 1]", probability)
+    negatives_per_image: int = option(1, "a whole number >= 1", lambda v: v >= 1)
+    patch_dropout: float = option(0.0, "a share of patches in [0, 1)", lambda v: 0.0 <= v < 1.0)
+    min_objects: int = option(1, f"a whole number in [1, {MAX_OBJECTS}]", lambda v: 1 <= v <= MAX_OBJECTS)
+
+    def check(self) -> None:
+        w = self.negative_weights
+        if w and (len(w) != len(self.negative_kinds) or min(w) < 0 or sum(w) <= 0):
+            raise self.error("negative_weights", f"{len(self.negative_kinds)} non-negative numbers, one per "
+                                                 "negative kind, not all zero (or none: uniform)")
+
+
+def negative_mix(p: ScenesTinyParams) -> tuple[tuple[str, ...], np.ndarray | None]:
+    """(kinds, weights or None for uniform) of the recipe parameters."""
+    return p.negative_kinds, (np.array(p.negative_weights, dtype=float) if p.negative_weights else None)
 
 
 def _positive_and_negative(scene, flaw, rng: np.random.Generator) -> tuple[str, str, str]:
@@ -224,47 +204,23 @@ class SceneStream:
         return tuple(prefix + f.flawed_caption.realise(style=int(rng.integers(3))) for f in flaws), flaws
 
 
-def data(bb: Backbone, p: dict, *, seed: int) -> SceneStream:
+def data(bb: Backbone, p: ScenesTinyParams, *, seed: int) -> SceneStream:
     from capscore.scenes import render_size
 
     kinds, weights = negative_mix(p)
-    return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=float(p["prefix_p"]),
-                       twins=float(p["twins"]), single_until=_steps(p, "single_object_steps"),
-                       bound=_probability(p, "bound_negatives"), per_image=_per_image(p),
-                       min_objects=_min_objects(p))
+    return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=p.prefix_p,
+                       twins=p.twins, single_until=p.single_object_steps, bound=p.bound_negatives,
+                       per_image=p.negatives_per_image, min_objects=p.min_objects)
 
 
-def prepare(bb: Backbone, p: dict) -> dict:
-    if p["dense"] not in DENSE_TERMS:
-        raise param_error("dense", "the scenes-tiny recipe (--set)", " or ".join(map(repr, DENSE_TERMS)), p["dense"])
-    if p["dense"] != "none" and not (bb.has_patch_tokens and bb.has_token_features):
-        raise CapscoreError(f"{bb.spec}: dense={p['dense']} needs patch tokens and token features "
+def prepare(bb: Backbone, p: ScenesTinyParams) -> dict:
+    """The checks that need the model (the parameters themselves were checked when they were built)."""
+    if p.dense != "none" and not (bb.has_patch_tokens and bb.has_token_features):
+        raise CapscoreError(f"{bb.spec}: dense={p.dense} needs patch tokens and token features "
                             "(an open_clip ViT with a causal text tower)")
-    if p["dense_negatives"] not in ("own", "all"):
-        raise param_error("dense_negatives", "the scenes-tiny recipe (--set)", "'own' or 'all'", p["dense_negatives"])
-    negative_mix(p)
-    _probability(p, "twins")
-    _probability(p, "bound_negatives")
-    _steps(p, "lock_text_steps")
-    _steps(p, "single_object_steps")
-    _per_image(p)
-    _min_objects(p)
-    if _patch_drop(p) > 0 and bb is not None and not hasattr(getattr(bb.model, "visual", None), "patch_dropout"):
+    if p.patch_dropout > 0 and not hasattr(getattr(bb.model, "visual", None), "patch_dropout"):
         raise CapscoreError(f"{bb.spec}: patch_dropout needs an open_clip ViT image tower")
     return {}
-
-
-def _min_objects(p: dict) -> int:
-    from capscore.scenes.vocab import MAX_OBJECTS
-
-    return _whole(p, "min_objects", 1, f"a whole number in [1, {MAX_OBJECTS}]", most=MAX_OBJECTS)
-
-
-def _patch_drop(p: dict) -> float:
-    x = _probability(p, "patch_dropout")
-    if x >= 1.0:
-        raise param_error("patch_dropout", "the scenes-tiny recipe (--set)", "a share of patches in [0, 1)", p["patch_dropout"])
-    return x
 
 
 @contextmanager
@@ -286,37 +242,10 @@ def _dropping_patches(bb: Backbone, prob: float):
         visual.patch_dropout = old
 
 
-def _per_image(p: dict) -> int:
-    return _whole(p, "negatives_per_image", 1, "a whole number >= 1")
-
-
-def _probability(p: dict, name: str) -> float:
-    try:
-        x = float(p[name])
-    except (TypeError, ValueError):
-        x = -1.0
-    if not 0.0 <= x <= 1.0:
-        raise param_error(name, "the scenes-tiny recipe (--set)", "a probability in [0, 1]", p[name])
-    return x
-
-
-def _steps(p: dict, name: str) -> int:
-    return _whole(p, name, 0, "a number of steps >= 0")
-
-
-def _whole(p: dict, name: str, least: int, expected: str, most: int | None = None) -> int:
-    try:
-        n = int(str(p[name]))
-    except ValueError:
-        n = least - 1
-    if n < least or (most is not None and n > most):
-        raise param_error(name, "the scenes-tiny recipe (--set)", expected, p[name])
-    return n
-
-
-def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> tuple[torch.Tensor, dict]:
+def step(bb: Backbone, batch: list[Example], *, p: ScenesTinyParams, step: int = 0,
+         **_) -> tuple[torch.Tensor, dict]:
     n = len(batch)
-    text_grad = step >= _steps(p, "lock_text_steps")  # False: texts without gradient, a locked text tower
+    text_grad = step >= p.lock_text_steps  # False: texts without gradient, a locked text tower
     px = torch.stack([bb.preprocess(e.image.image) for e in batch]).to(bb.device, bb.dtype)  # (B, 3, H, W)
     k = {len(e.more_negatives) for e in batch}
     if len(k) != 1:
@@ -324,9 +253,9 @@ def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> 
     more = [[e.more_negatives[j] for e in batch] for j in range(k.pop())]
     texts = [e.caption for e in batch] + [e.negative for e in batch] + sum(more, [])  # positives, then k blocks of negatives
     scale = bb.logit_scale.exp()
-    with _dropping_patches(bb, _patch_drop(p)):  # (B, D) and, for the dense term, (B, N, D): N kept patches
-        img, patches = bb.forward_images(px, patches=p["dense"] != "none")
-    if p["dense"] == "none":
+    with _dropping_patches(bb, p.patch_dropout):  # (B, D) and, for the dense term, (B, N, D): N kept patches
+        img, patches = bb.forward_images(px, patches=p.dense != "none")
+    if p.dense == "none":
         with torch.set_grad_enabled(text_grad):
             txt = encode_texts_bucketed(bb, texts)  # ((1+k)B, D)
         return obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
@@ -334,8 +263,8 @@ def step(bb: Backbone, batch: list[Example], *, p: dict, step: int = 0, **_) -> 
         txt, tokens, lengths = encode_texts_bucketed(bb, texts, tokens=True)  # ((1+k)B, D), ((1+k)B, L, D), ((1+k)B,)
     loss, parts = obj.hard_negative_contrastive_loss(img, txt[:n], txt[n:], scale)
     mask = torch.arange(tokens.shape[1], device=tokens.device)[None] < lengths[:, None].to(tokens.device)
-    dense = obj.filip_loss(patches, tokens, mask, scale, negative_columns=p["dense_negatives"])
-    return loss + float(p["dense_weight"]) * dense, {**parts, "global": loss.item(), "dense": dense.item()}
+    dense = obj.filip_loss(patches, tokens, mask, scale, negative_columns=p.dense_negatives)
+    return loss + p.dense_weight * dense, {**parts, "global": loss.item(), "dense": dense.item()}
 
 
 def export_bundled(bb: Backbone, path, metadata: dict) -> None:

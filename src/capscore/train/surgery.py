@@ -74,7 +74,7 @@ def freeze(model: torch.nn.Module, patterns: list[str]) -> list[str]:
     for pat in patterns:
         hit = [n for n in names if fnmatch.fnmatchcase(n, pat)]
         if not hit:
-            raise CapscoreError(f"--freeze pattern {pat!r} matches no parameter (e.g. {names[0]!r}, {names[-1]!r})")
+            raise CapscoreError(f"freeze pattern {pat!r} matches no parameter (e.g. {names[0]!r}, {names[-1]!r})")
         frozen += hit
     params = dict(model.named_parameters())
     for n in frozen:
