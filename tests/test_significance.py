@@ -174,3 +174,48 @@ def test_compare_metrics_matrix_and_cluster():
     assert c.taus[i] == pytest.approx(100 * st.kendalltau(scores["good"], h, variant="b")[0])
     text = sig.format_comparison(c)
     assert "Williams" in text and "300 resamples" in text and "cluster" in text
+
+
+# ------------------------------------------------------------------------------------ capscore compare
+def _write(path, rows):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_compare_command_pairs_by_id_and_clusters_by_image(tmp_path, capsys):
+    import json
+
+    from capscore.cli import main
+
+    a, b, clusters = _data(n_clusters=6, per=2)
+    ra = [{"id": f"c{i}", "image": str(g), "caption": "x", "score": float(s)} for i, (g, s) in enumerate(zip(clusters, a))]
+    rb = [{"id": f"c{i}", "image": str(g), "caption": "y", "score": float(s)} for i, (g, s) in enumerate(zip(clusters, b))]
+    ra.append({"id": "extra", "image": "z", "caption": "x", "score": None})  # an error row: counted, left out
+    fa, fb = _write(tmp_path / "a.jsonl", ra), _write(tmp_path / "b.jsonl", rb[::-1])  # order does not matter
+    assert main(["compare", str(fa), str(fb), "--resamples", "400", "--seed", "3", "--out",
+                 str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr().out
+    assert "12 captions of 6 images" in out and "1 no score in A" in out
+    got = json.loads((tmp_path / "c.json").read_text())
+    boot = sig.paired_bootstrap(a, b, clusters=clusters, n_resamples=400, seed=3)
+    ar = sig.approximate_randomization(a, b, clusters=clusters, n_resamples=400, seed=3)
+    assert got["tests"][0]["p_value"] == pytest.approx(boot.p_value)
+    assert got["tests"][1]["p_value"] == pytest.approx(ar.p_value)
+    assert got["tests"][0]["n_resamples"] == 400 and got["tests"][0]["n_clusters"] == 6
+
+
+def test_compare_command_errors_are_one_line(tmp_path, capsys):
+    from capscore.cli import main
+
+    fa = _write(tmp_path / "a.jsonl", [{"id": "1", "image": "i", "score": 0.5}, {"id": "2", "image": "j", "score": 0.4}])
+    fb = _write(tmp_path / "b.jsonl", [{"id": "1", "image": "k", "score": 0.5}, {"id": "2", "image": "j", "score": 0.1}])
+    assert main(["compare", str(fa), str(fb)]) == 2
+    assert "b.jsonl: id '1': the same id names another image" in capsys.readouterr().err
+    fc = _write(tmp_path / "c.jsonl", [{"id": "9", "image": "i", "score": 0.5}])
+    assert main(["compare", str(fa), str(fc)]) == 2
+    assert "share 0 scored id(s)" in capsys.readouterr().err
+    fd = _write(tmp_path / "d.jsonl", [{"id": "9", "score": 0.5}])
+    assert main(["compare", str(fa), str(fd)]) == 2
+    assert "d.jsonl:1: missing column 'image'" in capsys.readouterr().err

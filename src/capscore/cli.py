@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "probe": "probe a backbone: perturbations, LGIP, specificity, compositional suites",
     "explain": "save a token-patch similarity heat map for one (image, caption, word)",
     "correlate": "meta-evaluate metrics against human judgments",
+    "compare": "paired bootstrap and randomisation tests between two systems' score files",
     "train": "train or fine-tune a metric backbone (specs, prmcs, pacs, contrastive)",
     "scenes": "generate synthetic scenes; train scenes-tiny",
     "models": "show the --model grammar and bundled models",
