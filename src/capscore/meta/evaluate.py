@@ -76,11 +76,56 @@ class CorrelationResult:
         return d
 
 
+# ------------------------------------------------------------------------------------ classic metrics
+@dataclass(frozen=True)
+class ClassicMetric:
+    """A classic reference metric (:mod:`capscore.scores.classic`) where a metric spec is expected: it scores
+    the caption text against the references with pycocoevalcap, needs no backbone, and takes no prefix
+    (captions are scored as written). ``tokenizer``: ``"ptb"`` (COCO's, needs Java) or ``"simple"``."""
+
+    name: str
+    tokenizer: str = "ptb"
+    needs_refs: bool = True
+    default_prefix: str = ""
+
+
+def metric_spec(metric: "str | MetricSpec | ClassicMetric", *, tokenizer: str = "ptb") -> "MetricSpec | ClassicMetric":
+    """A metric name -> its spec: a classic metric (BLEU-n, METEOR, ROUGE-L, CIDEr, SPICE) or a CLIP-family one."""
+    if not isinstance(metric, str):
+        return metric
+    from capscore.scores.classic import CLASSIC_METRICS
+
+    return ClassicMetric(metric, tokenizer) if metric in CLASSIC_METRICS else get_metric(metric)
+
+
+def _score_classic(records: Iterable[Record], metric: ClassicMetric, skipped: dict[str, int]) -> dict[str, float]:
+    """id -> the classic metric of each record with references (all scored in one call: CIDEr's IDF comes
+    from all of them); records without references are counted in ``skipped``."""
+    from capscore._log import warn
+    from capscore.scores.classic import classic_score
+
+    recs = []
+    for r in records:
+        if r.refs:
+            recs.append(r)
+        else:
+            skipped["no references"] = skipped.get("no references", 0) + 1
+    if not recs:
+        return {}
+    res = classic_score(metric.name, [r.caption for r in recs], [list(r.refs) for r in recs],
+                        tokenizer=metric.tokenizer)
+    for w in res.warnings:
+        warn(w)
+    return {r.id: float(v) for r, v in zip(recs, res.values) if math.isfinite(v)}
+
+
 # ------------------------------------------------------------------------------------ scoring
-def score_many(records: Iterable[Record], encoder: Encoder, metric: MetricSpec, *, prefix: str | None,
-               skip_bad: bool, skipped: dict[str, int]) -> dict[str, float]:
+def score_many(records: Iterable[Record], encoder: Encoder | None, metric: "MetricSpec | ClassicMetric", *,
+               prefix: str | None, skip_bad: bool, skipped: dict[str, int]) -> dict[str, float]:
     """id -> score for every record that could be scored; failures are counted in ``skipped``
-    (with ``skip_bad``) or raised (without)."""
+    (with ``skip_bad``) or raised (without). A :class:`ClassicMetric` needs no encoder."""
+    if isinstance(metric, ClassicMetric):
+        return _score_classic(records, metric, skipped)
     out: dict[str, float] = {}
     for row in score_records(records, encoder, metric, prefix=prefix, skip_bad=skip_bad):
         if row["score"] is None or not math.isfinite(row["score"]):
@@ -130,7 +175,7 @@ def evaluate_ratings(ds: RatingSet, encoder: Encoder, metric: str | MetricSpec, 
                      columns: Sequence[str] | None = None, prefix: str | None = None, n_resamples: int = 1000,
                      seed: int = 0, confidence: float = 0.95, skip_bad: bool = False) -> CorrelationResult:
     """Score every rated caption and correlate with the human scores."""
-    spec = get_metric(metric) if isinstance(metric, str) else metric
+    spec = metric_spec(metric)
     columns = tuple(columns or _spec(ds.name).columns)
     skipped = dict(ds.skipped)
     scores = score_many((it.record for it in ds.items), encoder, spec, prefix=prefix, skip_bad=skip_bad,
@@ -176,7 +221,7 @@ def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | MetricSpec, *, p
     tie counts (default: the dataset's — half for Pascal-50S, a loss for FOIL, whose protocol
     counts pairs where the original *outscores* the foil).
     """
-    spec = get_metric(metric) if isinstance(metric, str) else metric
+    spec = metric_spec(metric)
     dspec = _spec(ds.name)
     ties = ties or dspec.ties
     skipped = dict(ds.skipped)
@@ -228,8 +273,9 @@ def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | MetricSpec, *, p
     return _result(ds, spec, encoder, prefix, len(keep), stats, skipped, seed, n_resamples, params)
 
 
-def evaluate(ds: RatingSet | PairSet, encoder: Encoder, metric: str | MetricSpec, **options) -> CorrelationResult:
-    """Dispatch on the dataset kind (see :func:`evaluate_ratings` and :func:`evaluate_pairs`)."""
+def evaluate(ds: RatingSet | PairSet, encoder: Encoder | None, metric: str | MetricSpec, **options) -> CorrelationResult:
+    """Dispatch on the dataset kind (see :func:`evaluate_ratings` and :func:`evaluate_pairs`). A classic
+    metric (:data:`capscore.scores.classic.CLASSIC_METRICS`) takes ``encoder=None``."""
     if isinstance(ds, PairSet):
         options.pop("columns", None)
         return evaluate_pairs(ds, encoder, metric, **options)
@@ -246,6 +292,14 @@ def _spec(name: str) -> DatasetSpec:
 
 
 def _result(ds, spec, encoder, prefix, n, stats, skipped, seed, n_resamples, params) -> CorrelationResult:
+    if isinstance(spec, ClassicMetric):
+        from importlib.metadata import version
+
+        return CorrelationResult(
+            dataset=ds.name, source=ds.source, metric=spec.name, backbone="",
+            identity=f"pycocoevalcap {version('pycocoevalcap')}, {spec.tokenizer} tokenizer", prefix="", n=n,
+            stats=tuple(stats), skipped=skipped, seed=seed, n_resamples=n_resamples,
+            params={**dict(ds.params), **params, "tokenizer": spec.tokenizer})
     bb = encoder.backbone
     return CorrelationResult(
         dataset=ds.name, source=ds.source, metric=spec.name, backbone=bb.spec, identity=bb.identity,
