@@ -17,6 +17,8 @@ COMMANDS: dict[str, str] = {
     "explain": "save a token-patch similarity heat map for one (image, caption, word)",
     "correlate": "meta-evaluate metrics against human judgments",
     "compare": "paired bootstrap and randomisation tests between two systems' score files",
+    "reproduce": "recompute the papers' headline numbers on local data and compare (--list: the tables)",
+    "doctor": "list which datasets, weights and tools (Java, CoreNLP, GPU) are present, offline",
     "train": "train or fine-tune a metric backbone (specs, prmcs, pacs, contrastive)",
     "scenes": "generate synthetic scenes; train scenes-tiny",
     "models": "show the --model grammar and bundled models",

@@ -149,6 +149,10 @@ def simple_tokenize(text: str) -> str:
     return " ".join(w for w in out if w not in PUNCTUATIONS and w != '"')
 
 
+_PTB_MEMO: dict[str, str] = {}
+_PTB_MEMO_MAX = 1_000_000
+
+
 @contextlib.contextmanager
 def _quiet_stderr():
     """Silence file descriptor 2 (a child process's stderr) for the block."""
@@ -177,14 +181,24 @@ def tokenize(texts: Sequence[str], *, tokenizer: str = "ptb") -> list[str]:
                "approximation)")
     from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
 
-    try:
-        with _quiet_stderr():  # the jar reports "PTBTokenizer tokenized N tokens ..." on stderr
-            out = PTBTokenizer().tokenize({i: [{"caption": t}] for i, t in enumerate(texts)})
-    except OSError as e:  # it writes its temporary file next to its jar
-        raise CapscoreError(f"pycocoevalcap's PTB tokenizer could not run ({e})") from None
-    if len(out) != len(texts):
-        raise CapscoreError(f"the PTB tokenizer returned {len(out)} lines for {len(texts)} texts")
-    return [out[i][0] for i in range(len(texts))]
+    # each text is tokenised on its own line, so a text's tokens do not depend on the others: texts seen
+    # before (another metric, another reference draw on the same dataset) come from memory, not the JVM
+    new = list(dict.fromkeys(t for t in texts if t not in _PTB_MEMO))
+    if new:
+        try:
+            with _quiet_stderr():  # the jar reports "PTBTokenizer tokenized N tokens ..." on stderr
+                out = PTBTokenizer().tokenize({i: [{"caption": t}] for i, t in enumerate(new)})
+        except OSError as e:  # it writes its temporary file next to its jar
+            raise CapscoreError(f"pycocoevalcap's PTB tokenizer could not run ({e})") from None
+        if len(out) != len(new):
+            raise CapscoreError(f"the PTB tokenizer returned {len(out)} lines for {len(new)} texts")
+        if len(_PTB_MEMO) + len(new) > _PTB_MEMO_MAX:
+            _PTB_MEMO.clear()
+        _PTB_MEMO.update((t, out[i][0]) for i, t in enumerate(new))
+        got = {t: out[i][0] for i, t in enumerate(new)}
+    else:
+        got = {}
+    return [got[t] if t in got else _PTB_MEMO[t] for t in texts]
 
 
 # ------------------------------------------------------------------------------------ scoring
