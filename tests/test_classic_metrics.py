@@ -117,3 +117,43 @@ def test_bad_input_is_named():
         classic.classic_score("ciderr", ["a"], [["a"]], tokenizer="none")
     with pytest.raises(CapscoreError, match="'tokenizer' parameter"):
         classic.classic_score("bleu1", ["a"], [["a"]], tokenizer="moses")
+
+
+# ------------------------------------------------------------------------------------ in `capscore correlate`
+@needs_java
+def test_correlate_prints_classic_and_clip_rows_with_significance(tmp_path, capsys):
+    import json
+
+    from scipy import stats as st
+
+    from capscore.cli import main
+    from capscore.meta.datasets import load_dataset
+    from capscore.meta.significance import williams_test
+
+    out = tmp_path / "out"
+    assert main(["-q", "correlate", "--dataset", "scenes-oracle", "--scenes", "8", "--metric", "bleu4", "rouge-l",
+                 "clip-s", "--model", "capscore-test-tiny", "--bootstrap", "50", "--no-cache", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "bleu4" in text and "rouge-l" in text and "clip-s" in text
+    assert "Williams test p-values" in text and "cluster (not significantly different" in text
+    doc = json.loads((out / "correlate.json").read_text())
+    items = [json.loads(ln) for ln in (out / "correlate_items.jsonl").read_text().splitlines()]
+    by = {m: {it["id"]: it["score"] for it in items if it["metric"] == m} for m in ("bleu4", "rouge-l", "clip-s")}
+    human = {it["id"]: it["human"] for it in items}
+    # the bleu4 column equals pycocoevalcap on the dataset's captions and references (PTB-tokenised)
+    from pycocoevalcap.bleu.bleu import Bleu
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    ds = load_dataset("scenes-oracle", n_scenes=8)
+    tok = PTBTokenizer()
+    gts = tok.tokenize({it.record.id: [{"caption": r} for r in it.record.refs] for it in ds.items})
+    res = tok.tokenize({it.record.id: [{"caption": it.record.caption}] for it in ds.items})
+    _, per = Bleu(4).compute_score(gts, res, verbose=0)
+    np.testing.assert_allclose([by["bleu4"][k] for k in gts], per[3], rtol=1e-12)
+    ids = list(human)
+    tau = 100 * st.kendalltau([by["bleu4"][i] for i in ids], [human[i] for i in ids], variant="b")[0]
+    assert doc["results"][0]["metric"] == "bleu4" and doc["results"][0]["stats"][0]["value"] == pytest.approx(tau)
+    sig = doc["significance"]
+    assert sig["names"] == ["bleu4", "rouge-l", "clip-s"] and sig["n_resamples"] == 50 and sig["n_clusters"] == 8
+    w = williams_test([by["clip-s"][i] for i in ids], [by["bleu4"][i] for i in ids], [human[i] for i in ids])
+    assert sig["williams_p"][2][0] == pytest.approx(w.p_value)

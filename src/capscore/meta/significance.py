@@ -351,23 +351,32 @@ def compare_metrics(scores: Mapping[str, Sequence[float]], human, *, kind: str =
                                       + (", image clusters" if clusters is not None else "")})
 
 
+def _p(p: float | None, resamples: int | None) -> str:
+    """A p-value cell; a bootstrap p of 0 is shown as below the resolution of its resamples, not as 0."""
+    if p is None:
+        return "n/a"
+    if resamples and p == 0:
+        return f"<{1 / resamples:.2g}"
+    return f"{p:.3f}"
+
+
 def format_comparison(c: MetricComparison) -> str:
     """The two p-value matrices and the cluster, as text."""
     from capscore.report.tables import format_table
 
-    def matrix(title: str, m) -> str:
+    def matrix(title: str, m, resamples: int | None = None) -> str:
         rows = []
         for i, n in enumerate(c.names):
             row = {"metric": n}
             for j, o in enumerate(c.names):
-                row[o] = "-" if i == j else ("n/a" if m[i][j] is None else f"{m[i][j]:.3f}")
+                row[o] = "-" if i == j else _p(m[i][j], resamples)
             rows.append(row)
         return f"{title}\n" + format_table(rows, indent="")
 
     where = f"{c.n_clusters} image clusters" if c.n_clusters != c.n_items else f"{c.n_items} items"
     lines = [matrix("Williams test p-values (Pearson; row metric > column metric, one-sided):", c.williams_p),
              matrix(f"paired bootstrap p-values of the {c.kind} difference (two-sided; {c.n_resamples} resamples "
-                    f"over {where}, seed {c.seed}):", c.tau_p),
+                    f"over {where}, seed {c.seed}):", c.tau_p, c.n_resamples),
              f"cluster (not significantly different from the best {c.kind}, p >= {c.alpha:g}): "
              + ", ".join(c.cluster)]
     return "\n".join(lines)
