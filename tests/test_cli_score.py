@@ -355,14 +355,37 @@ def test_abe_options_reach_the_scorer(tmp_path, data, ref_model, capsys):
     one_line_error(capsys, "concept pool file not found")
 
 
-def test_default_model_is_the_bundled_scenes_tiny(tmp_path, data):
-    pytest.importorskip("capscore.scenes.tiny")
-    paths, caps, _ = data
+def test_default_model_is_clip_s_backbone_and_offline_names_the_bundled_model(tmp_path, data, capsys, monkeypatch):
+    """Without --model the backbone is CLIP-S's (ViT-B-32/openai); offline and uncached that is one line that
+    names the bundled offline model."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
+    paths, _, _ = data
+    argv = ["score", "--images", paths[0].parent, "--captions", tmp_path / "sysA.json", "--out", tmp_path / "o.jsonl"]
+    assert main([str(a) for a in argv]) == 2
+    one_line_error(capsys, "--model ViT-B-32/openai", "--model scenes-tiny")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_refs_without_metric_give_refclip_s_rows(tmp_path, data):
+    paths, _, refs = data
     out = tmp_path / "o.jsonl"
-    argv = ["-q", "score", "--images", paths[0].parent, "--captions", tmp_path / "sysA.json", "--out", out,
-            "--cache-dir", tmp_path / "cache"]
+    argv = ["-q", "score", "--model", "scenes-tiny", "--images", paths[0].parent, "--captions", tmp_path / "sysA.json",
+            "--refs", tmp_path / "refs.json", "--out", out, "--cache-dir", tmp_path / "cache"]
     assert main([str(a) for a in argv]) == 0
-    summary = json.loads((tmp_path / "o.jsonl.summary.json").read_text())
-    assert summary["model"] == "scenes-tiny" and summary["backbone"].split("|")[0].endswith("scenes-tiny")
-    assert summary["prefix"] == PREFIX and summary["count"] == 4
-    assert all(0.0 <= r["score"] <= 2.5 for r in rows(out))
+    got = rows(out)
+    assert {r["metric"] for r in got} == {"refclip-s"} and len(got) == 4
+    for r in got:  # RefCLIP-S = H-mean(image part, reference part), both reported (eq. 2)
+        a, b = r["image_score"], r["ref_score"]
+        assert r["score"] == pytest.approx(0.0 if a + b == 0 else 2 * a * b / (a + b), abs=1e-6)
+
+
+def test_refs_with_a_reference_free_metric_warn_once(tmp_path, data, capsys):
+    paths, _, _ = data
+    out = tmp_path / "o.jsonl"
+    argv = ["score", "--model", "scenes-tiny", "--metric", "clip-s", "--images", paths[0].parent, "--captions",
+            tmp_path / "sysA.json", "--refs", tmp_path / "refs.json", "--out", out, "--cache-dir", tmp_path / "cache",
+            "--chunk-size", "1"]
+    assert main([str(a) for a in argv]) == 0
+    err = capsys.readouterr().err
+    assert err.count("ignores the references") == 1, err

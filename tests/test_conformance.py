@@ -14,7 +14,7 @@ from PIL import Image
 
 from capscore.backbones import ADAPTERS, load_backbone
 from capscore.embed import Encoder
-from capscore.scores import METRICS
+from capscore.scores import METRICS, MetricSpec
 
 TEXTS = ["a dog", "a red cube left of a blue circle", "a dog", "x"]
 
@@ -119,18 +119,25 @@ def test_backbone_contract(family, specs, images):
         assert f.vectors.shape == (len(f.ids), bb.embed_dim) and torch.allclose(f.global_, t[0], atol=1e-5)
 
 
-@pytest.mark.parametrize("name", sorted(METRICS))
+CLIP_FAMILY = sorted(n for n, m in METRICS.items() if isinstance(m.image, MetricSpec))
+
+
+def test_clip_family_rows_are_the_paper_weights():
+    assert CLIP_FAMILY == ["clip-s", "mcs", "pac-s", "refclip-s", "refpac-s"]
+
+
+@pytest.mark.parametrize("name", CLIP_FAMILY)
 def test_metric_contract(name):
-    """Every metric: in [0, w], 0 for opposite vectors, w·cos for the reference-free ones, 0/0 -> 0."""
-    m = METRICS[name]
+    """Every CLIPScore-family formula: in [0, w], 0 for opposite vectors, w·cos for the reference-free ones."""
+    m = METRICS[name].image
     torch.manual_seed(0)
     img = torch.nn.functional.normalize(torch.randn(16, 8), dim=-1)
     txt = torch.nn.functional.normalize(torch.randn(16, 8), dim=-1)
     refs = torch.nn.functional.normalize(torch.randn(16, 3, 8), dim=-1)
     mask = torch.ones(16, 3, dtype=torch.bool)
-    s = m.compute(img, txt, refs, mask)
+    s = m.formula(img, txt, refs, mask)
     assert s.shape == (16,) and (s >= 0).all() and (s <= m.w + 1e-6).all()
-    opposite = m.compute(img, -img, -img.unsqueeze(1), torch.ones(16, 1, dtype=torch.bool))
+    opposite = m.formula(img, -img, -img.unsqueeze(1), torch.ones(16, 1, dtype=torch.bool))
     assert torch.equal(opposite, torch.zeros(16))
     if not m.needs_refs:
         cos = (img * txt).sum(-1).clamp(min=0)

@@ -2,10 +2,9 @@
 
 Both are thin shells over what ``capscore score`` runs: the inputs become
 :class:`~capscore.data.records.Record` s, one :class:`~capscore.embed.Encoder`
-per backbone encodes them (dedupe, batching, device/dtype, cache), and
-:func:`~capscore.scores.scorer.score_records` (CLIPScore family) or
-:func:`~capscore.scores.scorer.score_pair_records` (ABE-CLIP) computes the
-numbers, with the prefix decided by
+per backbone encodes them (dedupe, batching, device/dtype, cache), and the
+pipeline (:func:`capscore.pipeline.iter_rows`) scores them with any registered
+metric, with the prefix decided by
 :func:`~capscore.scores.clipscore.resolve_prefix`. So the same inputs give the
 same numbers here, on the CLI and in the torchmetrics Metric.
 
@@ -29,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from capscore.errors import CapscoreError, param_error
+from capscore.pipeline import DEFAULT_MODEL
+from capscore.scores.metric import get_metric
 
 _BACKBONES: dict[tuple, object] = {}  # loaded backbones, reused across calls (weights are read once)
 
@@ -184,8 +185,8 @@ def score(
     captions,
     refs=None,
     *,
-    model="scenes-tiny",
-    metric="clip-s",
+    model=DEFAULT_MODEL,
+    metric=None,
     prefix: str | None = None,
     device: str = "cpu",
     dtype: str = "fp32",
@@ -203,44 +204,44 @@ def score(
     images : sequence of paths, PIL images, tensors or arrays, or a batched tensor/array (module docstring).
     captions : one string per image, or one list of candidate strings per image (one row per candidate).
     refs : optional, one list of reference strings (or one string) per image; needed by refclip-s/refpac-s.
-    model : a ``--model`` string (``capscore models``), a Backbone or an Encoder; or a list of strings.
-    metric : clip-s, refclip-s, pac-s, refpac-s, mcs or abe; or a list.
+    model : a model name (``capscore models``), a Backbone or an Encoder; or a list of names. Default
+        ``ViT-B-32/openai``, CLIP-S's backbone; offline, ``model="scenes-tiny"`` is the bundled model.
+    metric : any registered image metric (``capscore.scores.metric_names("image")``), or a list. Default:
+        refclip-s when ``refs`` are given (its rows also carry the CLIP-S part, ``image_score``), else clip-s.
     prefix : prepended to captions and references; default the metric's own ("A photo depicts " for the
         CLIP-S/PAC-S family, "" for mcs and abe) — :func:`capscore.scores.clipscore.resolve_prefix`.
     device, dtype : where and in what precision the backbone runs ("cpu"/"cuda[:N]", "fp32"/"fp16"/"bf16").
     cache : None (in memory), True (the default cache folder), a folder path, or a cache object.
     skip_bad : a bad item gives None (and an ``error`` in the frame) instead of raising.
     as_frame : return a pandas DataFrame (needed for several models or metrics) with columns
-        ``model, metric, index, candidate, caption, score, error`` (+ ``image_score, ref_score`` for the
-        reference-based metrics: the CLIP-S/PAC-S part and the reference part).
+        ``model, metric, index, candidate, caption, score, error`` (+ each metric's extra columns, e.g.
+        ``image_score, ref_score`` for the reference-based metrics).
 
     Returns ``list[float | None]`` (one per caption, in order) or a DataFrame.
     """
-    from capscore.scores.clipscore import get_metric
-    from capscore.scores.scorer import COMPONENTS, score_pair_records, score_records
+    from capscore.data.sources import InMemory
+    from capscore.pipeline import ScoreJob, default_metric, iter_rows
 
-    models, metrics = _names(model, "model"), _names(metric, "metric")
+    models = _names(model, "model")
+    metrics = _names(default_metric(has_refs=refs is not None) if metric is None else metric, "metric")
     for m in metrics:
-        if m != "abe":
-            get_metric(m)  # unknown names fail before anything is loaded
+        get_metric(m).formula("image")  # unknown names fail before anything is loaded
     if (len(models) > 1 or len(metrics) > 1) and not as_frame:
         raise CapscoreError("capscore.score: several models or metrics give a table; pass as_frame=True")
     records, index = _records(_as_batch(images), captions, refs)
-    rows = []
+    encoders = {}
     for mdl in models:
         enc = get_encoder(mdl, device=device, dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
                           context_length=context_length)
-        name = mdl if isinstance(mdl, str) else enc.backbone.spec
-        for met in metrics:
-            if met == "abe":
-                got = score_pair_records(records, enc, "abe", prefix=prefix, skip_bad=skip_bad)
-            else:
-                got = list(score_records(records, enc, met, prefix=prefix, chunk_size=max(1, len(records)),
-                                         skip_bad=skip_bad))
-            for (i, j), r in zip(index, got):
-                rows.append({"model": name, "metric": met, "index": i, "candidate": j, "caption": r["caption"],
-                             "score": r["score"], "error": r["error"],
-                             **{k: r[k] for k in COMPONENTS if k in r}})
+        encoders[mdl if isinstance(mdl, str) else enc.backbone.spec] = enc
+    job = ScoreJob(source=InMemory(tuple(records)), models=tuple(encoders), metrics=tuple(metrics), prefix=prefix,
+                   skip_bad=skip_bad, chunk_size=max(1, len(records)), progress=False)
+    rows = []
+    for k, r in enumerate(iter_rows(job, encoders=encoders)):
+        i, j = index[k % len(records)]
+        extra = {c: r[c] for c in r if c not in _ROW_KEYS}
+        rows.append({"model": r["model"], "metric": r["metric"], "index": i, "candidate": j, "caption": r["caption"],
+                     "score": r["score"], "error": r["error"], **extra})
     if not as_frame:
         return [r["score"] for r in rows]
     import pandas as pd
@@ -248,8 +249,11 @@ def score(
     return pd.DataFrame(rows)
 
 
-def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = None, *, model="scenes-tiny",
-                metric="clip-s", **options):
+_ROW_KEYS = frozenset({"id", "image", "caption", "system", "model", "metric", "score", "error"})
+
+
+def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = None, *, model=DEFAULT_MODEL,
+                metric=None, **options):
     """``df`` with score columns added (a copy), one row per row of ``df``.
 
     One model and one metric add ``score`` (and ``image_score``, ``ref_score``

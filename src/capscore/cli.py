@@ -73,7 +73,7 @@ def build_parser(mods: dict[str, object], configure: set[str] | None = None) -> 
 
 def main(argv: list[str] | None = None) -> int:
     from capscore._log import close_bars, setup_logging
-    from capscore.errors import CapscoreError
+    from capscore.errors import CapscoreError, OptionError
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     except CapscoreError as e:
         close_bars()
         _traceback(args)
+        if isinstance(e, OptionError):  # the library names parameters; here they are flags
+            e = CapscoreError(e.render(lambda name: "--" + name.replace("_", "-")))
         print(f"capscore: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -58,3 +58,19 @@ def unknown_name(kind: str, name: str, known: Iterable[str]) -> CapscoreError:
     close = list(dict.fromkeys(close))
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return CapscoreError(f"unknown {kind} {name!r}{hint}")
+
+
+class OptionError(CapscoreError):
+    """A user error that names options. The template's ``{name}`` fields are spelled as parameter names
+    by the library (``resume``) and as flags by the command line (``--resume``, via :meth:`render`)."""
+
+    def __init__(self, template: str):
+        self.template = template
+        super().__init__(self.render(lambda name: name))
+
+    def render(self, spell) -> str:
+        class _Spell(dict):
+            def __missing__(self, key: str) -> str:
+                return spell(key)
+
+        return self.template.format_map(_Spell())

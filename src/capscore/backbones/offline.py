@@ -53,7 +53,8 @@ def hf_cached(repo_id: str, filenames: tuple[str, ...]) -> bool:
 
 def _how(spec: str, extra: str) -> str:
     return (f"--model {spec}: the weights are not in the local cache and {HUB_HOST} cannot be reached "
-            f"(offline{' mode' if hub_offline() else ''}); {extra}")
+            f"(offline{' mode' if hub_offline() else ''}); {extra}; capscore's bundled model works offline: "
+            "--model scenes-tiny")
 
 
 def require_hf_repo(spec: str, repo_id: str, filenames: tuple[str, ...]) -> None:

@@ -154,12 +154,15 @@ def add_model(p, *, default: str | None = DEFAULT_MODEL, single: bool = False, r
                    help=text)
 
 
-def add_metric(p, choices: Sequence[str], *, default: str = "clip-s", single: bool = False) -> None:
-    """``--metric NAME [NAME …]`` restricted to ``choices`` (did-you-mean on a typo)."""
+def add_metric(p, choices: Sequence[str], *, default: str | None = "clip-s", single: bool = False,
+               default_help: str | None = None) -> None:
+    """``--metric NAME [NAME …]`` restricted to ``choices`` (did-you-mean on a typo); ``default=None`` leaves
+    the choice to the command (``default_help`` says what it picks)."""
+    value = default if single or default is None else [default]
     p.add_argument("--metric", action=_ListOption, single=single, known=choices, kind="metric", metavar="NAME",
-                   default=default if single else [default],
+                   default=value,
                    help=f"one of {', '.join(choices)}" + ("" if single else "; several: --metric A B")
-                        + f" (default {default})")
+                        + f" (default {default_help or default})")
 
 
 def add_device(p, *, default_device: str = "cpu") -> None:
@@ -178,3 +181,36 @@ def add_common(p, *, top: bool = False) -> None:
     default = {} if top else {"default": argparse.SUPPRESS}
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or warnings", **default)
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error", **default)
+
+
+def add_abe_arguments(p) -> None:
+    """ABE-CLIP's knobs (abe-clip.txt: K = 5 and ω = 0.3 as in section 4.2.1; P is not stated)."""
+    g = p.add_argument_group("ABE-CLIP (--scorer abe / --metric abe)")
+    g.add_argument("--abe-k", type=int, default=None, metavar="K",
+                   help="patches averaged per token, top-K (paper default 5; Table 3 sweeps 1,3,5,8,10)")
+    g.add_argument("--abe-p", type=int, default=None, metavar="P",
+                   help="concept-pool neighbours per object (the paper does not state P; capscore default 5)")
+    g.add_argument("--abe-omega", type=float, default=None, metavar="W",
+                   help="weight of the global score, in [0, 1] (paper default 0.3)")
+    g.add_argument("--concept-pool", default=None, metavar="FILE",
+                   help="concept pool, one word per line, e.g. SPLiCE's data/vocab/laion.txt (the paper's; "
+                        "not bundled, see docs/abe.md); default: capscore's bundled 304 nouns")
+
+
+def abe_options(args) -> dict:
+    """The ABE options the user set (unset ones keep AbeConfig's defaults); errors name the flag."""
+    opts = {}
+    for flag, key in (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"), ("concept_pool", "pool")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            opts[key] = value
+    for flag, key in (("--abe-k", "k"), ("--abe-p", "p")):
+        if key in opts and opts[key] < 1:
+            raise CapscoreError(f"{flag} must be an integer >= 1; got {opts[key]}")
+    if "omega" in opts and not 0 <= opts["omega"] <= 1:
+        raise CapscoreError(f"--abe-omega must be in [0, 1]; got {opts['omega']}")
+    if "pool" in opts:
+        from capscore.scores.concepts import load_concept_pool
+
+        load_concept_pool(opts["pool"])  # a missing or empty file fails now, before any model is loaded
+    return opts

@@ -7,15 +7,8 @@ read through :func:`capscore.data.shards.read_shard`.
 """
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from capscore.data.sources import ShardedSource  # noqa: F401  (re-exported for the commands)
 from capscore.errors import CapscoreError
-
-if TYPE_CHECKING:  # capscore.data imports the engine (torch): not at `capscore --help` time
-    from capscore.data.shards import Shard, SourceOptions
 
 FLAGS = {"webdataset": "--webdataset", "parquet": "--parquet", "hf": "--hf-dataset"}
 
@@ -61,26 +54,35 @@ def add_engine_arguments(p, *, score: bool = True) -> None:
                    help="--engine ray: format of the per-shard files written under --out DIR (default parquet)")
 
 
-@dataclass(frozen=True)
-class ShardedSource:
-    kind: str
-    spec: str
-    shards: tuple[Shard, ...]
-    options: SourceOptions
+def source_given(args) -> bool:
+    return any(getattr(args, a, None) for a in ("webdataset", "parquet", "hf_dataset"))
 
-    def items(self) -> Iterator:
-        from capscore.data.shards import read_shard
 
-        return itertools.chain.from_iterable(read_shard(s, self.options) for s in self.shards)
+def ray_options(args):
+    """The Ray engine's options (capscore.engines.ray.RayOptions) from the flags; errors name the flags."""
+    from capscore.engines.ray import RayOptions
 
-    def describe(self) -> dict:
-        return {"source": self.kind, "spec": self.spec, "options": self.options.__dict__,
-                "shards": [s.path for s in self.shards]}
+    if args.workers is not None and args.workers < 1:
+        raise CapscoreError(f"--workers must be a positive integer; got {args.workers}")
+    if args.threads_per_worker < 1:
+        raise CapscoreError(f"--threads-per-worker must be a positive integer; got {args.threads_per_worker}")
+    if args.gpus_per_worker <= 0:
+        raise CapscoreError(f"--gpus-per-worker must be positive; got {args.gpus_per_worker}")
+    return RayOptions(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                      threads_per_worker=args.threads_per_worker, out=getattr(args, "out", "") or "",
+                      out_format=getattr(args, "out_format", "parquet"), resume=getattr(args, "resume", False),
+                      overwrite=getattr(args, "overwrite", False), quiet=getattr(args, "quiet", False))
+
+
+def ray_options_if(args):
+    """RayOptions for ``--engine ray`` (probe, correlate), else None (this process)."""
+    return ray_options(args) if getattr(args, "engine", "local") == "ray" else None
 
 
 def source_from_args(args) -> ShardedSource | None:
     """The sharded source the user named, or None for --images/--captions; errors on a mix."""
-    from capscore.data.shards import SourceOptions, list_shards
+    from capscore.data.shards import SourceOptions
+    from capscore.data.sources import ShardedSource
 
     given = {k: getattr(args, a) for k, a in (("webdataset", "webdataset"), ("parquet", "parquet"),
                                                  ("hf", "hf_dataset")) if getattr(args, a, None)}
@@ -97,4 +99,4 @@ def source_from_args(args) -> ShardedSource | None:
     kind, spec = next(iter(given.items()))
     options = SourceOptions(caption_key=args.caption_key, refs_key=args.refs_column, image_column=args.image_column,
                             caption_column=args.caption_column, id_column=args.id_column)
-    return ShardedSource(kind, spec, tuple(list_shards(kind, spec, split=getattr(args, "split", None))), options)
+    return ShardedSource.list(kind, spec, options, split=getattr(args, "split", None))

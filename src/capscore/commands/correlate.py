@@ -25,9 +25,6 @@ from capscore.commands import _shards
 from capscore.commands._args import add_device, add_metric, add_model, non_negative_int, output_dir, positive_int, refuse_input_as_output
 from capscore.errors import CapscoreError
 
-CORRELATE_METRICS = ("clip-s", "refclip-s", "pac-s", "refpac-s", "mcs")
-
-
 def configure(p) -> None:
     from capscore.meta.datasets import DATASETS
     from capscore.meta.video import VIDEO_DATASETS
@@ -38,15 +35,12 @@ def configure(p) -> None:
     p.add_argument("--split", help="split of a parquet dataset folder (e.g. test, test.desc)")
     p.add_argument("--coco-captions", metavar="FILE", help="FOIL: COCO captions_val2014.json (references)")
     add_model(p, default=None)
-    from capscore.scores.video import VIDEO_METRICS
+    from capscore.scores.metric import metric_names
 
-    from capscore.scores.classic import CLASSIC_METRICS
-
-    # classic reference metrics (pycocoevalcap) score the text only: no --model needed for them
-    add_metric(p, tuple(dict.fromkeys(CORRELATE_METRICS + CLASSIC_METRICS + tuple(VIDEO_METRICS))))  # video ones: video datasets
+    add_metric(p, metric_names())  # a video metric on a video dataset, an image metric on an image dataset
     p.add_argument("--tokenizer", choices=("ptb", "simple"), default="ptb",
-                   help="classic metrics: ptb = COCO's PTB tokenizer (needs Java; default), simple = a Java-free "
-                        "approximation (docs/meta.md)")
+                   help="classic metrics (bleu1-4, meteor, rouge-l, cider, spice; no --model needed for them): "
+                        "ptb = COCO's PTB tokenizer (needs Java; default), simple = a Java-free approximation")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the cluster of metrics not different from the best (default 0.05)")
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")
@@ -149,9 +143,10 @@ def run(args) -> int:
     else:
         if not args.dataset:
             raise CapscoreError("give --dataset NAME (see `capscore correlate -h`) or --scores FILE")
-        from capscore.scores.classic import CLASSIC_METRICS
+        from capscore.meta.evaluate import text_only
+        from capscore.scores.metric import get_metric
 
-        if not args.model and not all(m in CLASSIC_METRICS for m in args.metric):
+        if not args.model and not all(text_only(get_metric(m)) for m in args.metric):
             raise CapscoreError("give --model M [M2 ...] (e.g. ViT-B-32/openai), or --scores FILE")
         if not 0 < args.alpha < 1:
             raise CapscoreError(f"--alpha must be in (0, 1); got {args.alpha}")
@@ -203,27 +198,30 @@ def _score_and_correlate(args, ds, common):
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import MemoryCache
     from capscore.engines.ray import make_encoder
-    from capscore.meta.evaluate import ClassicMetric, evaluate, metric_spec
+    from capscore.meta.evaluate import evaluate, text_only
+    from capscore.pipeline import check_fit
+    from capscore.scores.metric import get_metric
 
-    specs = [metric_spec(m, tokenizer=args.tokenizer) for m in args.metric]  # unknown names fail before any model loads
-    classic = [m for m in specs if isinstance(m, ClassicMetric)]
-    metrics = [m for m in specs if not isinstance(m, ClassicMetric)]
+    metrics = [get_metric(m) for m in args.metric]  # unknown names fail before any model loads
+    for m in metrics:
+        if "image" not in m.media:
+            raise CapscoreError(f"--metric {m.name} scores videos; {args.dataset} is an image dataset")
     results = []
-    for m in classic:  # text only: scored once, whatever the backbones
+    for m in [m for m in metrics if text_only(m)]:  # the classic metrics read text only: scored once
         results.append(evaluate(ds, None, m, columns=args.stats, ties=args.ties, ref_sample=args.ref_sample or None,
-                                ref_draws=args.ref_draws, skip_bad=args.skip_bad, **common))
+                                ref_draws=args.ref_draws, skip_bad=args.skip_bad,
+                                options={"tokenizer": args.tokenizer}, **common))
+    metrics = [m for m in metrics if not text_only(m)]
     if not metrics:
         return results
     cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
-    for spec in args.model or ():
+    for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
         ds = _drawn_for(backbone, ds, lambda size: _load(args, size=size))
-        from capscore.commands.score import warn_metric_fit
-
-        for name in args.metric:
-            if name in {m.name for m in metrics}:
-                warn_metric_fit(name, backbone)
-        encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size, cache=cache,
+        for m in metrics:
+            check_fit(m, backbone)
+        encoder = make_encoder(backbone, spec=spec, ray=_shards.ray_options_if(args), device=args.device,
+                               dtype=args.dtype, seed=args.seed, batch_size=args.batch_size, cache=cache,
                                progress=not is_quiet())
         with progress(len(metrics), desc=f"correlate {spec}", unit="metric") as bar:
             for m in metrics:
@@ -312,7 +310,7 @@ def _run_video(args) -> int:
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import Encoder, MemoryCache
     from capscore.meta.video import evaluate_video, load_video_dataset
-    from capscore.scores.video import get_video_metric
+    from capscore.scores.video import VIDEO_METRICS, get_video_metric
 
     if args.scores or args.export_items:
         raise CapscoreError(f"--scores/--export-items are not available for the video dataset {args.dataset}")
@@ -322,6 +320,9 @@ def _run_video(args) -> int:
         raise CapscoreError("--bootstrap must be >= 0 and --batch-size >= 1")
     if args.dataset != "scenes-video" and not args.videos:
         raise CapscoreError(f"--videos DIR is required for {args.dataset} (its video files, VIDEO_ID.mp4)")
+    for m in args.metric:
+        if m not in VIDEO_METRICS:
+            raise CapscoreError(f"--metric {m} scores images; {args.dataset} is a video dataset")
     metrics = [get_video_metric(m) for m in args.metric]
     sampling = Sampling.parse(args.frames or "uniform:10")
     ds = load_video_dataset(args.dataset, args.path, args.videos, seed=args.seed, n_scenes=args.scenes)

@@ -74,7 +74,7 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
     from capscore.embed.engine import Encoder
     from capscore.scenes import generate_scenes, render_size
     from capscore.scenes.captions import short
-    from capscore.scores.scorer import Summary, score_records
+    from capscore.pipeline import Summary, score_all
 
     if n < 2:
         raise CapscoreError(f"--n must be >= 2; got {n}")
@@ -89,7 +89,7 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
     summary = Summary("clip-s")
     rows = []
     with open(out / "scores.jsonl", "w", encoding="utf-8") as f:
-        for row in score_records(records, encoder, "clip-s"):
+        for row in score_all(records, encoder, "clip-s"):
             s, cap, _ = meta[row["id"]]
             row["oracle_f1"] = s.oracle(cap if cap is not None else short(s)).f1
             summary.add(row)

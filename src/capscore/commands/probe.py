@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 from capscore.commands import _shards
-from capscore.commands._args import add_device, add_model, non_negative_int, output_dir, positive_int, probability
+from capscore.commands._args import (
+    abe_options, add_abe_arguments, add_device, add_model, non_negative_int, output_dir, positive_int, probability,
+)
 from capscore.errors import CapscoreError, unknown_name
 
 FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
@@ -66,39 +68,6 @@ def configure(p) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
     _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
-
-
-def add_abe_arguments(p) -> None:
-    """ABE-CLIP's knobs (abe-clip.txt: K = 5 and ω = 0.3 as in section 4.2.1; P is not stated)."""
-    g = p.add_argument_group("ABE-CLIP (--scorer abe / --metric abe)")
-    g.add_argument("--abe-k", type=int, default=None, metavar="K",
-                   help="patches averaged per token, top-K (paper default 5; Table 3 sweeps 1,3,5,8,10)")
-    g.add_argument("--abe-p", type=int, default=None, metavar="P",
-                   help="concept-pool neighbours per object (the paper does not state P; capscore default 5)")
-    g.add_argument("--abe-omega", type=float, default=None, metavar="W",
-                   help="weight of the global score, in [0, 1] (paper default 0.3)")
-    g.add_argument("--concept-pool", default=None, metavar="FILE",
-                   help="concept pool, one word per line, e.g. SPLiCE's data/vocab/laion.txt (the paper's; "
-                        "not bundled, see docs/abe.md); default: capscore's bundled 304 nouns")
-
-
-def abe_options(args) -> dict:
-    """The ABE options the user set (unset ones keep AbeConfig's defaults); errors name the flag."""
-    opts = {}
-    for flag, key in (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"), ("concept_pool", "pool")):
-        value = getattr(args, flag, None)
-        if value is not None:
-            opts[key] = value
-    for flag, key in (("--abe-k", "k"), ("--abe-p", "p")):
-        if key in opts and opts[key] < 1:
-            raise CapscoreError(f"{flag} must be an integer >= 1; got {opts[key]}")
-    if "omega" in opts and not 0 <= opts["omega"] <= 1:
-        raise CapscoreError(f"--abe-omega must be in [0, 1]; got {opts['omega']}")
-    if "pool" in opts:
-        from capscore.scores.concepts import load_concept_pool
-
-        load_concept_pool(opts["pool"])  # a missing or empty file fails now, before any model is loaded
-    return opts
 
 
 def _per_image(value: str) -> int | None:
@@ -181,7 +150,8 @@ def run(args) -> int:
 def _probe_one(args, spec, kind, inputs, scorer, R, load_backbone, make_encoder, quiet):
     """One model: encode (with progress bars over the encoding work; on Ray with --engine ray) and run the suite."""
     backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
-    encoder = make_encoder(args, backbone, spec=spec, batch_size=args.batch_size, progress=not quiet,
+    encoder = make_encoder(backbone, spec=spec, ray=_shards.ray_options_if(args), device=args.device,
+                           dtype=args.dtype, seed=args.seed, batch_size=args.batch_size, progress=not quiet,
                            cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
     common = dict(scorer=scorer, scorer_name=args.scorer, source=str(args.data or ""))
     if kind == "scenes":

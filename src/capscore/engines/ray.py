@@ -42,13 +42,14 @@ import os
 import pickle
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from capscore.data.shards import Shard, read_shard
 from capscore.engines import require_ray
-from capscore.errors import CapscoreError
+from capscore.errors import CapscoreError, OptionError
 
 BLOCK_ROWS = 256  # items per block leaving a read task
 SIDECAR_DIR = "_shards"
@@ -110,30 +111,34 @@ def prepare_block(batch, *, backbone):
 
 
 class ScoreActor:
-    """Actor: one backbone + Encoder, loaded once; scores blocks with ``capscore score``'s chunk scorer."""
+    """Actor: one backbone + Encoder, loaded once; scores blocks with the pipeline's block function
+    (:func:`capscore.pipeline.score_block`) for every metric of the job."""
 
-    def __init__(self, *, model: str, device: str, dtype: str, seed: int, context_length, trust_remote_code: bool,
-                 metric: str, prefix: str, batch_size: int, cache_dir, threads: int, pixel_shape,
-                 rgb_order: str = "first", abe: dict | None = None):
+    def __init__(self, *, model: str, encoding, metrics: tuple, prefixes: dict, options: dict, columns: tuple,
+                 threads: int, pixel_shape):
         import torch
 
         from capscore.backbones import load_backbone
-        from capscore.commands.score import _abe_chunk_scorer, _clip_chunk_scorer, _metric
         from capscore.embed.cache import EmbeddingCache
         from capscore.embed.engine import Encoder, MemoryCache
 
         torch.set_num_threads(threads)
-        bb = load_backbone(model, device=device, dtype=dtype, seed=seed, context_length=context_length,
-                           trust_remote_code=trust_remote_code, rgb_order=rgb_order)
-        self.encoder = Encoder(bb, batch_size=batch_size, cache=EmbeddingCache(cache_dir) if cache_dir else MemoryCache(),
+        e = encoding
+        bb = load_backbone(model, device=e.device, dtype=e.dtype, seed=e.seed, context_length=e.context_length,
+                           trust_remote_code=e.trust_remote_code, rgb_order=e.rgb_order)
+        self.encoder = Encoder(bb, batch_size=e.batch_size,
+                               cache=EmbeddingCache(e.cache_dir) if e.cache and e.cache_dir else MemoryCache(),
                                workers=threads)
-        spec, _ = _metric(metric, prefix)
-        self.score = _abe_chunk_scorer(prefix, **(abe or {})) if spec is None else _clip_chunk_scorer(spec, prefix)
+        self.model, self.metrics, self.prefixes, self.options = model, metrics, prefixes, options
+        self.columns = columns
         self.pixel_shape = tuple(pixel_shape)
 
     def __call__(self, batch):
         import pyarrow as pa
         import torch
+
+        from capscore.pipeline import score_block
+        from capscore.scores.metric import get_metric
 
         cols = {c: batch.column(c).to_pylist() for c in ("shard", "pos", "end", "item", "key", "px")}
         have = [i for i, px in enumerate(cols["px"]) if px]
@@ -141,34 +146,39 @@ class ScoreActor:
             [cols["key"][i] for i in have],
             [torch.from_numpy(np.frombuffer(cols["px"][i], dtype=np.float32).reshape(self.pixel_shape)) for i in have])
         body = [i for i, end in enumerate(cols["end"]) if not end]
-        rows, fatal = self.score([pickle.loads(cols["item"][i]) for i in body], self.encoder, skip_bad=True)
-        if fatal is not None:
-            raise fatal
-        out = {c: [] for c in ("shard", "pos", "end", "id", "image", "caption", "system", "score", "error")}
-        for i, row in zip(body, rows):
-            _append(out, cols, i, row)
+        items = [pickle.loads(cols["item"][i]) for i in body]
+        out = {c: [] for c in ("shard", "pos", "end", *self.columns)}
+        for name in self.metrics:
+            rows, fatal = score_block(items, self.encoder, get_metric(name), medium="image",
+                                      prefix=self.prefixes[name], options=self.options.get(name, {}), skip_bad=True)
+            if fatal is not None:
+                raise fatal
+            for i, row in zip(body, rows):
+                _append(out, cols, i, row | {"model": self.model, "metric": name}, self.columns)
         for i, end in enumerate(cols["end"]):
             if end:
-                _append(out, cols, i, {"id": None, "image": None, "caption": None, "system": None, "score": None,
-                                       "error": None})
-        return pa.table({**out, "score": pa.array(out["score"], pa.float64())})
+                _append(out, cols, i, dict.fromkeys(self.columns), self.columns)
+        numbers = {c: pa.array(out[c], pa.float64()) for c in self.columns if c not in TEXT}
+        return pa.table({**out, **numbers})
 
 
-def _append(out, cols, i, row):
+TEXT = ("id", "image", "caption", "system", "model", "metric", "error")
+
+
+def _append(out, cols, i, row, columns):
     for c in ("shard", "pos", "end"):
         out[c].append(cols[c][i])
-    for c in ("id", "image", "caption", "system", "error"):
-        out[c].append(row[c])
-    s = row["score"]
-    out["score"].append(None if s is None or not math.isfinite(s) else float(s))
+    for c in columns:
+        v = row.get(c)
+        out[c].append(v if c in TEXT or v is None or math.isfinite(v) else None)
 
 
 # ------------------------------------------------------------------------------------ the driver
 class ShardOutputs:
     """``DIR/<shard>.<fmt>`` + ``DIR/_shards/<shard>.json``: written atomically, validated on resume."""
 
-    def __init__(self, out: Path, fmt: str, config: dict):
-        self.out, self.fmt, self.config = out, fmt, config
+    def __init__(self, out: Path, fmt: str, config: dict, columns: tuple):
+        self.out, self.fmt, self.config, self.columns = out, fmt, config, columns
 
     def path(self, shard: Shard) -> Path:
         return self.out / f"{shard.name}.{self.fmt}"
@@ -203,7 +213,7 @@ class ShardOutputs:
 
         final = self.path(shard)
         tmp = final.with_name(f".{final.stem}.tmp.{self.fmt}")
-        w = RowWriter(tmp, self.fmt, existing=False)
+        w = RowWriter(tmp, self.fmt, existing=False, columns=self.columns)
         w.write(rows)
         w.close(complete=True)
         os.replace(tmp, final)
@@ -258,62 +268,118 @@ def default_workers(device: str, cpus: float, gpus: float, gpus_per_worker: floa
     return max(1, int(cpus // (2 * threads)))
 
 
-def run_score(args, source, *, metric, prefix: str) -> int:
-    """``capscore score --engine ray``: see the module docstring."""
-    ray = require_ray()
+@dataclass(frozen=True)
+class RayOptions:
+    """Where the Ray engine runs and writes: the cluster, the actor pool, the output folder (score only)."""
+
+    out: str = ""
+    address: str | None = None
+    workers: int | None = None
+    gpus_per_worker: float = 1.0
+    threads_per_worker: int = 1
+    out_format: str = "parquet"
+    resume: bool = False
+    overwrite: bool = False
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("threads_per_worker",):
+            if getattr(self, name) < 1:
+                raise CapscoreError(f"The {name!r} parameter must be a positive integer; got {getattr(self, name)}")
+        if self.workers is not None and self.workers < 1:
+            raise CapscoreError(f"The 'workers' parameter must be a positive integer; got {self.workers}")
+        if self.gpus_per_worker <= 0:
+            raise CapscoreError(f"The 'gpus_per_worker' parameter must be positive; got {self.gpus_per_worker}")
+        if self.resume and self.overwrite:
+            raise OptionError("{resume} and {overwrite} contradict each other; choose one")
+
+
+FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json")
+
+
+def run_score(job, *, ray: RayOptions) -> int:
+    """Score a :class:`capscore.pipeline.ScoreJob` whose source is sharded on a Ray cluster: one file per input
+    shard under ``ray.out`` (a folder), rows as the single-process engine writes them (model and metric
+    included). See the module docstring."""
     from capscore.backbones import load_backbone
+    from capscore.pipeline import columns_for, write_json
+    from capscore.scores.clipscore import resolve_prefix
+    from capscore.scores.metric import get_metric
     from PIL import Image
 
-    for name in ("batch_size", "chunk_size", "threads_per_worker"):
-        if getattr(args, name) < 1:
-            raise CapscoreError(f"--{name.replace('_', '-')} must be a positive integer; got {getattr(args, name)}")
-    if args.workers is not None and args.workers < 1:
-        raise CapscoreError(f"--workers must be a positive integer; got {args.workers}")
-    if args.gpus_per_worker <= 0:
-        raise CapscoreError(f"--gpus-per-worker must be positive; got {args.gpus_per_worker}")
-    if args.resume and args.overwrite:
-        raise CapscoreError("--resume and --overwrite contradict each other; choose one")
-    out = Path(args.out)
+    ray_mod = require_ray()
+    source, enc = job.source, job.encoding
+    if len(job.models) > 1:
+        raise CapscoreError(f"the Ray engine scores one model per run (several metrics are fine); got "
+                            f"{', '.join(map(str, job.models))} — run once per model, each into its own folder")
+    out = Path(ray.out)
+    if out.suffix.lower() in FILE_SUFFIXES and not out.is_dir():
+        raise CapscoreError(f"the Ray engine writes one file per input shard, so its output is a folder; "
+                            f"{out} names a {out.suffix} file — give a folder such as {out.with_suffix('')}/")
     if out.exists() and not out.is_dir():
-        raise CapscoreError(f"--engine ray writes one file per input shard into a folder; --out {out} is a file")
-    cuda = args.device.startswith("cuda")
+        raise CapscoreError(f"the Ray engine writes one file per input shard into a folder; {out} is a file")
+    model = job.models[0]
+    cuda = enc.device.startswith("cuda")
+    metrics = {n: get_metric(n) for n in job.metrics}
+    prefixes = {n: resolve_prefix(m, job.prefix) for n, m in metrics.items()}
+    options = {n: ({"abe": dict(job.options["abe"])} if n == "abe" and job.options.get("abe") else {})
+               for n in metrics}
+    columns = columns_for("image", metrics.values())
     # The driver loads the backbone once on the CPU: its identity keys the output, its preprocessing runs in the
-    # CPU tasks. The actors load their own copy on --device.
-    backbone = load_backbone(args.model, device="cpu", dtype="fp32", seed=args.seed, context_length=args.context_length,
-                             trust_remote_code=args.trust_remote_code, rgb_order=getattr(args, "rgb_order", "first"))
-    identity = backbone.identity if args.dtype == "fp32" else f"{backbone.identity}|{args.dtype}"
-    config = {"model": args.model, "backbone": identity, "metric": args.metric, "prefix": prefix,
+    # CPU tasks. The actors load their own copy on the job's device.
+    backbone = load_backbone(model, device="cpu", dtype="fp32", seed=enc.seed, context_length=enc.context_length,
+                             trust_remote_code=enc.trust_remote_code, rgb_order=enc.rgb_order)
+    identity = backbone.identity if enc.dtype == "fp32" else f"{backbone.identity}|{enc.dtype}"
+    config = {"model": model, "backbone": identity, "metric": list(metrics) if len(metrics) > 1 else job.metrics[0],
+              "prefix": prefixes[job.metrics[0]] if len(set(prefixes.values())) == 1 else prefixes,
               "source": source.kind, "options": source.options.__dict__}
-    state = ShardOutputs(out, args.out_format, config)
-    if state.existing() and not args.resume:
-        if not args.overwrite:
-            raise CapscoreError(f"{out} already holds shard outputs; use --resume to continue that run or "
-                                "--overwrite to replace it")
+    state = ShardOutputs(out, ray.out_format, config, columns)
+    if state.existing() and not ray.resume:
+        if not ray.overwrite:
+            raise OptionError(f"{str(out).replace('{', '{{').replace('}', '}}')} already holds shard outputs; use "
+                              "{resume} to continue that run or {overwrite} to replace it")
         state.clear()
     out.mkdir(parents=True, exist_ok=True)
-    finished = {s.name: m for s in source.shards if (m := state.done(s)) is not None} if args.resume else {}
+    finished = {s.name: m for s in source.shards if (m := state.done(s)) is not None} if ray.resume else {}
     todo = [s for s in source.shards if s.name not in finished]
     pixel_shape = tuple(backbone.preprocess(Image.new("RGB", (8, 8))).shape)
     t0 = time.perf_counter()
     metas = dict(finished)
     if todo:
-        ctx = _init(ray, args)
-        res = ray.cluster_resources()
-        threads = args.threads_per_worker
-        workers = args.workers or default_workers(args.device, res.get("CPU", 1), res.get("GPU", 0),
-                                                  args.gpus_per_worker, threads)
-        ds = build_pipeline(ray, todo, source.options, preprocess_only(backbone), pixel_shape, args=args, prefix=prefix,
-                            workers=workers, threads=threads, cuda=cuda)
+        ctx = _init(ray_mod, ray)
+        res = ray_mod.cluster_resources()
+        threads = ray.threads_per_worker
+        workers = ray.workers or default_workers(enc.device, res.get("CPU", 1), res.get("GPU", 0),
+                                                 ray.gpus_per_worker, threads)
+        actor_args = dict(model=model, encoding=enc, metrics=tuple(metrics), prefixes=prefixes, options=options,
+                          columns=columns, threads=threads, pixel_shape=pixel_shape)
+        ds = build_pipeline(ray_mod, todo, source.options, preprocess_only(backbone), actor_args=actor_args,
+                            workers=workers, gpus_per_worker=ray.gpus_per_worker if cuda else 0)
         del ctx
-        metas.update(collect(ds, todo, state, skip_bad=args.skip_bad, quiet=getattr(args, "quiet", False)))
+        metas.update(collect(ds, todo, state, n_metrics=len(metrics), skip_bad=job.skip_bad, quiet=ray.quiet))
     elapsed = time.perf_counter() - t0
-    return _summary(args, out, source, metas, finished, elapsed)
+    scored = sum(m["scored"] for m in metas.values())
+    skipped = sum(m["skipped"] for m in metas.values())
+    mean = math.fsum(m["sum"] for m in metas.values()) / scored if scored else None
+    result = {"status": "complete", "engine": "ray", "metric": config["metric"], "model": model,
+              **source.describe(), "count": scored, "skipped": skipped, "mean": mean,
+              "shards": len(source.shards), "shards_resumed": len(finished), "seconds": round(elapsed, 3)}
+    spath = out / "_summary.json"
+    write_json(spath, result)
+    m = "n/a" if mean is None else f"{mean:.4f}"
+    what = ", ".join(metrics)
+    print(f"{what} with {model}: {scored} scored, {skipped} skipped, mean {m} "
+          f"({len(source.shards)} shards, {len(finished)} already done)")
+    print(f"rows: {out}/<shard>.{ray.out_format}  summary: {spath}", file=sys.stdout)
+    return 0
 
 
-def _init(ray, args):
+def _init(ray, opts):
+    """Join (or start) the cluster named by ``opts.address`` (RayOptions, or the CLI's options for probe and
+    correlate), quietly when ``opts.quiet``."""
     from ray.data import DataContext
 
-    quiet = getattr(args, "quiet", False)
+    quiet = getattr(opts, "quiet", False)
     if quiet:  # -q: no Ray Data INFO/WARNING lines ("execution finished in …", "Progress bars disabled"),
         import logging  # and no C++ core-worker notices (read at ray.init); failures still raise
 
@@ -321,10 +387,10 @@ def _init(ray, args):
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     if not ray.is_initialized():
         try:
-            ray.init(address=args.address, include_dashboard=False, log_to_driver=False,
+            ray.init(address=opts.address, include_dashboard=False, log_to_driver=False,
                      logging_level="ERROR", configure_logging=True)
         except ConnectionError as e:
-            raise CapscoreError(f"--address {args.address}: cannot connect to a Ray cluster ({e})") from None
+            raise CapscoreError(f"address {opts.address}: cannot connect to a Ray cluster ({e})") from None
     ctx = DataContext.get_current()
     ctx.enable_progress_bars = not quiet
     ctx.print_on_execution_start = False
@@ -353,8 +419,8 @@ def preprocess_only(backbone):
     return light
 
 
-def build_pipeline(ray, shards: list[Shard], options, light_backbone, pixel_shape, *, args, prefix: str, workers: int,
-                   threads: int, cuda: bool):
+def build_pipeline(ray, shards: list[Shard], options, light_backbone, *, actor_args: dict, workers: int,
+                   gpus_per_worker: float):
     """The Ray Dataset: one row per shard -> read -> prepare -> score (lazy; nothing runs until iterated)."""
     # from_items builds the shard list on the driver: no read task, which would want a whole CPU
     ds = ray.data.from_items([{"id": i} for i in range(len(shards))], override_num_blocks=len(shards))
@@ -362,36 +428,35 @@ def build_pipeline(ray, shards: list[Shard], options, light_backbone, pixel_shap
                         fn_kwargs={"shards": shards, "options": options}, num_cpus=TASK_CPUS)
     ds = ds.map_batches(prepare_block, batch_size=None, batch_format="pyarrow", zero_copy_batch=True,
                         fn_kwargs={"backbone": light_backbone}, num_cpus=TASK_CPUS)
-    actor_args = dict(model=args.model, device=args.device, dtype=args.dtype, seed=args.seed,
-                      context_length=args.context_length, trust_remote_code=args.trust_remote_code,
-                      metric=args.metric, prefix=prefix, batch_size=args.batch_size,
-                      cache_dir=args.cache_dir, threads=threads, pixel_shape=pixel_shape,
-                      rgb_order=getattr(args, "rgb_order", "first"), abe=getattr(args, "abe", None))
     return ds.map_batches(ScoreActor, fn_constructor_kwargs=actor_args, batch_size=None, batch_format="pyarrow",
                           compute=ray.data.ActorPoolStrategy(size=workers),
-                          num_cpus=actor_cpus(ray.cluster_resources().get("CPU", 1), workers, threads),
-                          num_gpus=args.gpus_per_worker if cuda else 0)
+                          num_cpus=actor_cpus(ray.cluster_resources().get("CPU", 1), workers, actor_args["threads"]),
+                          num_gpus=gpus_per_worker)
 
 
-def collect(ds, shards: list[Shard], state: ShardOutputs, *, skip_bad: bool, quiet: bool) -> dict:
-    """Iterate the pipeline's rows; write each shard once all its rows are in. Returns sidecars by shard name."""
-    pending: dict[int, dict[int, dict]] = {}
+def collect(ds, shards: list[Shard], state: ShardOutputs, *, n_metrics: int = 1, skip_bad: bool,
+            quiet: bool) -> dict:
+    """Iterate the pipeline's rows; write each shard once all its rows are in (every item × every metric,
+    ordered by metric then position, as the single-process engine writes them). Returns sidecars by shard."""
+    pending: dict[int, dict[tuple, dict]] = {}
     expected: dict[int, int] = {}
     written: dict[str, dict] = {}
+    metric_order: dict[str, int] = {}
     try:
         for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
             for row in batch.to_pylist():
                 s = row["shard"]
                 if row["end"]:
-                    expected[s] = row["pos"]
+                    expected[s] = row["pos"] * n_metrics
                 else:
                     if row["error"] is not None and not skip_bad:
                         raise CapscoreError(row["error"])
-                    pending.setdefault(s, {})[row["pos"]] = {c: row[c] for c in
-                                                             ("id", "image", "caption", "system", "score", "error")}
+                    k = metric_order.setdefault(row["metric"], len(metric_order))
+                    pending.setdefault(s, {})[(k, row["pos"])] = {c: row[c] for c in state.columns}
                 if s in expected and len(pending.get(s, {})) == expected[s]:
                     got = pending.pop(s, {})
-                    written[shards[s].name] = state.write(shards[s], [got[p] for p in range(expected.pop(s))])
+                    expected.pop(s)
+                    written[shards[s].name] = state.write(shards[s], [got[key] for key in sorted(got)])
     except Exception as e:
         raise _user_error(e) from None
     missing = [shards[s].name for s in range(len(shards)) if shards[s].name not in written]
@@ -411,24 +476,6 @@ def _user_error(e: Exception) -> Exception:
             return CapscoreError(str(seen))
         seen = getattr(seen, "cause", None) or seen.__cause__
     return e
-
-
-def _summary(args, out: Path, source, metas: dict, finished: dict, elapsed: float) -> int:
-    from capscore.commands.score import _write_json
-
-    scored = sum(m["scored"] for m in metas.values())
-    skipped = sum(m["skipped"] for m in metas.values())
-    mean = math.fsum(m["sum"] for m in metas.values()) / scored if scored else None
-    result = {"status": "complete", "engine": "ray", "metric": args.metric, "model": args.model,
-              **source.describe(), "count": scored, "skipped": skipped, "mean": mean,
-              "shards": len(source.shards), "shards_resumed": len(finished), "seconds": round(elapsed, 3)}
-    spath = out / "_summary.json"
-    _write_json(spath, result)
-    m = "n/a" if mean is None else f"{mean:.4f}"
-    print(f"{args.metric} with {args.model}: {scored} scored, {skipped} skipped, mean {m} "
-          f"({len(source.shards)} shards, {len(finished)} already done)")
-    print(f"rows: {out}/<shard>.{args.out_format}  summary: {spath}", file=sys.stdout)
-    return 0
 
 
 # ------------------------------------------------------------------------------------ probe / correlate
@@ -540,18 +587,16 @@ def _encoder_class():
     return RayEncoder
 
 
-def make_encoder(args, backbone, *, spec: str, **kw):
-    """``Encoder(backbone, **kw)``, or its Ray version when ``args.engine == 'ray'`` (probe, correlate);
-    ``spec`` is the ``--model`` string the backbone was loaded from (the actors load it again)."""
+def make_encoder(backbone, *, spec: str, ray: RayOptions | None = None, device: str = "cpu", dtype: str = "fp32",
+                 seed: int = 0, context_length: int | None = None, trust_remote_code: bool = False, **kw):
+    """``Encoder(backbone, **kw)``, or its Ray version when ``ray`` options are given (probe, correlate);
+    ``spec`` is the model name the backbone was loaded from (the actors load it again)."""
     from capscore.embed.engine import Encoder
 
-    if getattr(args, "engine", "local") != "ray":
+    if ray is None:
         return Encoder(backbone, **kw)
     require_ray()
-    if args.workers is not None and args.workers < 1:
-        raise CapscoreError(f"--workers must be a positive integer; got {args.workers}")
-    ray_args = {"cli": args, "model": spec, "device": args.device, "dtype": getattr(args, "dtype", "fp32"),
-                "seed": args.seed, "context_length": getattr(args, "context_length", None),
-                "trust_remote_code": getattr(args, "trust_remote_code", False), "batch_size": kw.get("batch_size", 64),
-                "threads": args.threads_per_worker, "workers": args.workers, "gpus_per_worker": args.gpus_per_worker}
+    ray_args = {"cli": ray, "model": spec, "device": device, "dtype": dtype, "seed": seed, "context_length": context_length,
+                "trust_remote_code": trust_remote_code, "batch_size": kw.get("batch_size", 64),
+                "threads": ray.threads_per_worker, "workers": ray.workers, "gpus_per_worker": ray.gpus_per_worker}
     return _encoder_class()(backbone, ray_args=ray_args, **kw)

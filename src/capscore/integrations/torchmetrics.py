@@ -22,14 +22,16 @@ import torch
 from torchmetrics import Metric
 
 from capscore.errors import CapscoreError
+from capscore.pipeline import DEFAULT_MODEL
 
 
 class CaptionScore(Metric):
     """Mean caption score over every (image, caption[, refs]) seen.
 
     Args:
-        model: a ``--model`` string (any capscore backbone), a Backbone or an Encoder.
-        metric: clip-s, refclip-s, pac-s, refpac-s, mcs or abe.
+        model: a model name (any capscore backbone; default ViT-B-32/openai, offline ``scenes-tiny``), a
+            Backbone or an Encoder.
+        metric: any registered image metric (default clip-s; ``capscore.scores.metric_names("image")``).
         prefix: default the metric's own (see ``capscore.scores.clipscore.resolve_prefix``).
         backbone_device: where the backbone runs; default the Metric's device at the first update.
         dtype, cache, batch_size, seed, context_length: as in :func:`capscore.score`.
@@ -47,14 +49,14 @@ class CaptionScore(Metric):
     score_sum: torch.Tensor
     count: torch.Tensor
 
-    def __init__(self, model="scenes-tiny", metric: str = "clip-s", *, prefix: str | None = None,
+    def __init__(self, model=DEFAULT_MODEL, metric: str = "clip-s", *, prefix: str | None = None,
                  backbone_device: str | None = None, dtype: str = "fp32", cache=None, batch_size: int = 64,
                  seed: int = 0, context_length: int | None = None, **kwargs):
         super().__init__(**kwargs)
-        from capscore.scores.clipscore import get_metric, resolve_prefix
+        from capscore.scores.clipscore import resolve_prefix
+        from capscore.scores.metric import get_metric
 
-        if metric != "abe":
-            get_metric(metric)
+        get_metric(metric).formula("image")  # an unknown name, or a video-only metric, fails here
         self.model_spec = model
         self.metric_name = metric
         self.prefix = resolve_prefix(metric, prefix)

@@ -292,11 +292,11 @@ def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames:
 
 # ------------------------------------------------------------------------------------ evaluation
 def _scores(records, encoder, metric, *, sampling, prefix, idf, skip_bad, skipped) -> dict[str, float]:
-    from capscore.scores.video import score_video_records
+    from capscore.pipeline import score_all
 
     out = {}
-    for row in score_video_records(records, encoder, metric, sampling=sampling, prefix=prefix, idf=idf,
-                                   skip_bad=skip_bad):
+    for row in score_all(records, encoder, metric.name, medium="video", prefix=prefix,
+                         options={"sampling": sampling, "idf": idf}, skip_bad=skip_bad, chunk_size=256):
         if row["score"] is None or not math.isfinite(row["score"]):
             why = (row.get("error") or "could not be scored").split(": ")[-1]
             skipped[why] = skipped.get(why, 0) + 1

@@ -355,7 +355,60 @@ def spice(gts: dict, res: dict) -> np.ndarray:
     return np.asarray([f(by_id.get(k)) for k in order], dtype=float)
 
 
+# ------------------------------------------------------------------------------------ registry rows
+@dataclass(frozen=True)
+class ClassicFormula:
+    """The registry's formula for one classic metric: it reads the captions and references of the batch (no
+    vectors) and scores them together with pycocoevalcap. Option ``tokenizer`` (``"ptb"`` default, ``"simple"``,
+    ``"none"``). CIDEr declares ``corpus``: its IDF comes from the batch, so a face must pass the whole
+    evaluated set as one batch."""
+
+    metric: str
+    needs: frozenset = frozenset({"refs"})
+    columns: tuple = ()
+
+    def compute(self, batch):
+        from capscore._log import warn
+        from capscore.scores.metric import Values
+
+        tok = batch.options.get("tokenizer", "ptb")
+        res = classic_score(self.metric, [batch.prefix + r.caption for r in batch.records],
+                            [[batch.prefix + x for x in r.refs] for r in batch.records], tokenizer=tok)
+        for w in res.warnings:
+            warn(w)
+        return Values([float(v) for v in res.values])
+
+    def describe(self, options) -> str:
+        """The identity a result records in place of a backbone's."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("pycocoevalcap")
+        except PackageNotFoundError:
+            v = "(not installed)"
+        return f"pycocoevalcap {v}, {options.get('tokenizer', 'ptb')} tokenizer"
+
+
+def _register() -> None:
+    from capscore.scores.metric import Metric, register
+
+    cites = {"bleu1": "bleu", "bleu2": "bleu", "bleu3": "bleu", "bleu4": "bleu"}
+    ranges = {"cider": (0.0, 10.0)}  # CIDEr-D: 10 x a mean of cosines
+    for name in CLASSIC_METRICS:
+        needs = frozenset({"refs", "corpus"}) if name == "cider" else frozenset({"refs"})
+        register(Metric(name=name, citation=CITATIONS[cites.get(name, name)], image=ClassicFormula(name, needs),
+                        needs_refs=True, prefix="", range=ranges.get(name, (0.0, 1.0)),
+                        note="text only (no backbone): pycocoevalcap on PTB-tokenised captions and references"
+                             + ("; IDF over the whole evaluated set" if name == "cider" else "")
+                             + ("; needs Java" if name in NEEDS_JAVA else "")
+                             + ("; needs the CoreNLP 3.6.0 jars" if name == "spice" else ""),
+                        default_model=""))
+
+
+_register()
+
+
 __all__ = [
-    "CLASSIC_METRICS", "CIDER_MIN_IMAGES", "ClassicResult", "TOKENIZERS", "classic_score", "classic_scores",
+    "CLASSIC_METRICS", "ClassicFormula", "CIDER_MIN_IMAGES", "ClassicResult", "TOKENIZERS", "classic_score", "classic_scores",
     "corenlp_dir", "java", "score_tokenized", "simple_tokenize", "spice", "spice_dirs", "tokenize",
 ]

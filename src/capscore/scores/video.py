@@ -35,18 +35,18 @@ frame folder, frame list), sampled by :class:`~capscore.data.video.Sampling` (de
 """
 from __future__ import annotations
 
-import itertools
 import math
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn.functional as F
-
-from capscore.embed.engine import Encoder, TokenFeatures
 from capscore.errors import CapscoreError, InputError, unknown_name
-from capscore.scores.scorer import _validate  # one record check for images and videos (name, needs_refs)
+
+if TYPE_CHECKING:  # torch and the engine load where a formula runs: the registry's names are known without them
+    import torch
+
+    from capscore.embed.engine import Encoder, TokenFeatures
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,8 @@ def _f1(p: float, r: float) -> float:
 
 def video_embedding(frames: torch.Tensor) -> torch.Tensor:
     """(F, D) normalised frame vectors -> (D,) normalised mean."""
+    import torch.nn.functional as F
+
     return F.normalize(frames.mean(dim=0), dim=-1)
 
 
@@ -84,6 +86,8 @@ def em_score(
     frames: torch.Tensor, tokens: torch.Tensor, text_global: torch.Tensor, *, idf: torch.Tensor | None = None
 ) -> VideoScore:
     """EMScore(X, V) of one caption: frames (F, D), tokens (L, D), text_global (D,), all normalised."""
+    import torch
+
     sim = tokens @ frames.T  # (L, F)
     w = torch.ones(tokens.shape[0]) if idf is None else idf.float()
     w = w / w.sum()
@@ -98,6 +102,8 @@ def text_em_score(
     cand_idf: torch.Tensor | None = None, ref_idf: torch.Tensor | None = None,
 ) -> VideoScore:
     """EMScore(X, X*) against one reference: cand (L, D), ref (M, D) token vectors, globals (D,)."""
+    import torch
+
     sim = cand @ ref.T  # (L, M)
     wc = torch.ones(cand.shape[0]) if cand_idf is None else cand_idf.float()
     wr = torch.ones(ref.shape[0]) if ref_idf is None else ref_idf.float()
@@ -143,6 +149,8 @@ def idf_weights(token_ids: Iterable[Sequence[int]], *, eos_id: int | None = None
 def _idf_vector(idf: Mapping[int, float] | None, ids: Sequence[int]) -> torch.Tensor | None:
     if idf is None:
         return None
+    import torch
+
     return torch.tensor([idf.get(i, idf.get(-1, 1.0)) for i in ids])
 
 
@@ -153,10 +161,19 @@ def corpus_idf(encoder: Encoder, texts: Sequence[str]) -> dict[int, float]:
     return idf_weights(ids, eos_id=eos[0][0] if eos else None)
 
 
-# ------------------------------------------------------------------------------------ metric registry
+# ------------------------------------------------------------------------------------ the video formulas
+#: extra row columns of every video metric: the final score's parts (EMScore's coarse and fine P/R/F, and the
+#: chosen reference's coarse and fine F for the reference-based ones)
+VIDEO_PARTS = ("coarse", "fine_p", "fine_r", "fine_f", "ref_coarse", "ref_fine_f")
+
+
 @dataclass(frozen=True)
 class VideoMetric:
-    """A video metric: what it needs, how its final value is formed, where it comes from."""
+    """A video formula: what it needs, how its final value is formed, where it comes from.
+
+    The registry rows (:mod:`capscore.scores.metric`, registered in :mod:`capscore.scores.clipscore`)
+    use these as their ``video`` formula.
+    """
 
     name: str
     needs_refs: bool
@@ -165,6 +182,29 @@ class VideoMetric:
     w: float = 2.5
     citation: str = ""
     note: str = ""
+
+    columns = VIDEO_PARTS
+
+    @property
+    def needs(self) -> frozenset:
+        return frozenset({"frames", "global"} | ({"tokens"} if self.final != "clip-s" else set()))
+
+    def compute(self, batch) -> "Values":
+        """Scores of an :class:`~capscore.scores.metric.EmbeddingBatch` of video records
+        (``batch.options``: ``sampling``, ``idf``)."""
+        from capscore.scores.metric import Values
+
+        if self.final != "clip-s":
+            _check_frames_meet_tokens(batch.encoder)
+        frames = batch.frames()
+        cands = list(batch.texts()) if self.final == "clip-s" else batch.text_tokens()
+        ref_feats = batch.ref_tokens() if self.needs_refs else {}
+        idf = batch.options.get("idf")
+        fields = []
+        for rec, fr, cand in zip(batch.records, frames, cands):
+            refs = [ref_feats[batch.prefix + r] for r in rec.refs] if self.needs_refs else []
+            fields.append(combine(self, fr, cand, refs, idf=idf).fields())
+        return Values([f["score"] for f in fields], {k: [f[k] for f in fields] for k in VIDEO_PARTS})
 
 
 VIDEO_METRICS: dict[str, VideoMetric] = {
@@ -211,6 +251,8 @@ class VideoResult:
 def combine(metric: VideoMetric, frames: torch.Tensor, cand: TokenFeatures | torch.Tensor,
             refs: Sequence[TokenFeatures] = (), *, idf: Mapping[int, float] | None = None) -> VideoResult:
     """One pair's result from its embeddings (pure). ``cand`` is a global vector for clip-s."""
+    from capscore.embed.engine import TokenFeatures
+
     if metric.final == "clip-s":
         g = cand.global_ if isinstance(cand, TokenFeatures) else cand
         cogr = float(g @ video_embedding(frames))
@@ -271,66 +313,3 @@ def video_of(rec):
     if getattr(v, "path", None) is None:
         raise InputError(rec.source or f"item {rec.id}", "no video path")
     return VideoRef(path=v.path, name=f"{rec.source}: video {v.path}" if rec.source else v.name)
-
-
-def video_row(rec, result: VideoResult | None, error: str | None) -> dict:
-    path = getattr(rec.image, "path", None)
-    row = {"id": rec.id, "video": str(path) if path is not None else rec.image.where(),
-           "caption": rec.caption if isinstance(rec.caption, str) else repr(rec.caption), "system": rec.system}
-    fields = (result.fields() if result is not None else
-              dict.fromkeys(("score", "coarse", "fine_p", "fine_r", "fine_f", "ref_coarse", "ref_fine_f")))
-    row.update({k: (None if isinstance(x, float) and not math.isfinite(x) else x) for k, x in fields.items()})
-    row["error"] = error
-    return row
-
-
-def score_video_records(
-    records: Iterable,
-    encoder: Encoder,
-    metric: str | VideoMetric = "pac-s",
-    *,
-    sampling=None,
-    prefix: str = "",
-    idf: Mapping[int, float] | None = None,
-    chunk_size: int = 256,
-    skip_bad: bool = False,
-) -> Iterator[dict]:
-    """Yield one row per record, in order: id, video, caption, system, score, coarse, fine_p, fine_r,
-    fine_f, ref_coarse, ref_fine_f, error. Frames of a clip are decoded and encoded once per chunk
-    (and cached across chunks); a bad item raises, or with ``skip_bad`` becomes an error row."""
-    metric = get_video_metric(metric)
-    if metric.final != "clip-s":
-        _check_frames_meet_tokens(encoder)
-    it = iter(records)
-    while chunk := list(itertools.islice(it, chunk_size)):
-        errors: dict[int, str] = {}
-        for i, rec in enumerate(chunk):
-            err = _validate(rec, metric)
-            if err is not None:
-                if not skip_bad:
-                    raise err
-                errors[i] = str(err)
-        good = [i for i in range(len(chunk)) if i not in errors]
-        vid_err: dict[int, str] = {}  # collected even without skip_bad, so the first bad row is the one named
-        frames = encoder.encode_videos([video_of(chunk[i]) for i in good], sampling=sampling, errors=vid_err)
-        if vid_err and not skip_bad:
-            raise CapscoreError(vid_err[min(vid_err)])
-        for j, msg in vid_err.items():
-            errors[good[j]] = msg
-        frames_of = {i: f for i, f in zip(good, frames)}
-        good = [i for i in good if i not in errors]
-        texts = [prefix + chunk[i].caption for i in good]
-        if metric.final == "clip-s":
-            cands = list(encoder.encode_texts(texts))
-        else:
-            cands = encoder.text_tokens(texts)
-        ref_feats: dict[str, TokenFeatures] = {}
-        if metric.needs_refs and good:
-            uniq = list(dict.fromkeys(prefix + r for i in good for r in chunk[i].refs))
-            ref_feats = dict(zip(uniq, encoder.text_tokens(uniq)))
-        results = {}
-        for i, cand in zip(good, cands):
-            refs = [ref_feats[prefix + r] for r in chunk[i].refs] if metric.needs_refs else []
-            results[i] = combine(metric, frames_of[i], cand, refs, idf=idf)
-        for i, rec in enumerate(chunk):
-            yield video_row(rec, results.get(i), errors.get(i) if i not in results else None)

@@ -1,0 +1,221 @@
+"""The one Metric protocol and the one registry every face (CLI, API, torchmetrics, report) reads.
+
+A metric is a row: its name, what it needs from the encoder, its default
+prefix, its score range, its citation, and a ``compute`` that turns an
+:class:`EmbeddingBatch` (validated records of one medium plus lazy access to
+their embeddings) into one value per item. Metrics never own models; the
+pipeline (:mod:`capscore.pipeline`) hands them a batch whose vectors come from
+the one encoder and cache of that backbone.
+
+A metric may score images, videos or both (CLIP-S on a video is CLIP-S on the
+mean frame; PAC-S on a video is the EMScore-style PAC-S of the paper's §4.3):
+``image`` and ``video`` hold the formula for each medium, ``None`` where the
+metric does not apply.
+
+Adding a metric is one formula (a class with ``needs`` and ``compute``) plus
+one :func:`register` call in its family's module; every ``--metric`` choice
+list, ``capscore.score``, ``CaptionScore`` and the report then know it
+(tests/test_conformance.py runs each registered metric through every face).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+#: What a formula may need from the encoder (declared, so a face can check a backbone before scoring):
+#: ``global`` vectors, text ``tokens``, image ``patches``, video ``frames``, ``refs`` (references),
+#: ``parse`` (a parser such as spaCy), ``corpus`` (the whole evaluated set at once, e.g. CIDEr's IDF).
+NEEDS = frozenset({"global", "tokens", "patches", "frames", "refs", "parse", "corpus"})
+
+
+@dataclass
+class Values:
+    """What a formula returns for a batch: one score per item (NaN = could not be scored) and, per extra
+    column, one value per item (``image_score``/``ref_score`` for RefCLIP-S, EMScore's parts for videos)."""
+
+    scores: list[float]
+    parts: dict[str, list] = field(default_factory=dict)
+
+
+class Formula(Protocol):
+    """How a metric scores one medium: declared needs, extra row columns, and the computation."""
+
+    needs: frozenset
+    columns: tuple[str, ...]
+
+    def compute(self, batch: "EmbeddingBatch") -> Values: ...
+
+
+@dataclass
+class EmbeddingBatch:
+    """Validated records of one medium and lazy, memoised access to their embeddings.
+
+    ``records`` carry image or video references, captions and references; ``prefix`` is prepended to
+    captions and references alike. Every accessor goes through the one encoder (its dedupe, batching,
+    device/dtype and cache), so two metrics on the same backbone share one encoding pass.
+    """
+
+    encoder: Any  # capscore.embed.Encoder
+    records: Sequence  # capscore.data.records.Record
+    prefix: str = ""
+    medium: str = "image"
+    options: Mapping = field(default_factory=dict)  # formula options (abe: k/p/omega/pool; video: sampling, idf)
+    image_vectors: Any = None  # (N, D) when the pipeline already encoded the images to check them
+    frame_list: Any = None  # list of (F, D) per video when the pipeline already encoded them
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    @property
+    def captions(self) -> list[str]:
+        return [self.prefix + r.caption for r in self.records]
+
+    def images(self):
+        """(N, D) normalised image vectors."""
+        if self.image_vectors is None:
+            self.image_vectors = self.encoder.encode_images([r.image for r in self.records])
+        return self.image_vectors
+
+    def texts(self):
+        """(N, D) normalised caption vectors (prefixed)."""
+        return self.encoder.encode_texts(self.captions)
+
+    def refs(self):
+        """(N, R, D) reference vectors (prefixed) and their (N, R) mask, R = the most references of an item."""
+        import torch
+
+        R = max((len(r.refs) for r in self.records), default=0)
+        flat = [self.prefix + ref for r in self.records for ref in r.refs]
+        emb = self.encoder.encode_texts(flat)
+        out = torch.zeros(len(self.records), R, emb.shape[-1])
+        mask = torch.zeros(len(self.records), R, dtype=torch.bool)
+        k = 0
+        for row, r in enumerate(self.records):
+            n = len(r.refs)
+            out[row, :n] = emb[k: k + n]
+            mask[row, :n] = True
+            k += n
+        return out, mask
+
+    def frames(self):
+        """One (F, D) tensor of frame vectors per video."""
+        if self.frame_list is None:
+            from capscore.scores.video import video_of
+
+            self.frame_list = self.encoder.encode_videos([video_of(r) for r in self.records],
+                                                         sampling=self.options.get("sampling"))
+        return self.frame_list
+
+    def text_tokens(self):
+        """Per-token features of the captions (prefixed)."""
+        return self.encoder.text_tokens(self.captions)
+
+    def ref_tokens(self) -> dict:
+        """Per-token features of every distinct reference (prefixed), by text."""
+        uniq = list(dict.fromkeys(self.prefix + ref for r in self.records for ref in r.refs))
+        return dict(zip(uniq, self.encoder.text_tokens(uniq)))
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the registry. ``image`` / ``video``: the formula for each medium (None: not defined)."""
+
+    name: str
+    citation: str
+    image: Formula | None = None
+    video: Formula | None = None
+    needs_refs: bool = False
+    prefix: str = ""  # default prefix on images (the reference code's; "" = none)
+    video_prefix: str = ""  # default prefix on videos (EMScore and PAC-S video prepend nothing)
+    range: tuple[float, float] = (0.0, math.inf)
+    note: str = ""
+    default_model: str = "ViT-B-32/openai"  # the backbone the metric's paper used (a name `capscore models` knows)
+
+    @property
+    def media(self) -> tuple[str, ...]:
+        return tuple(m for m in ("image", "video") if getattr(self, m) is not None)
+
+    def formula(self, medium: str) -> Formula:
+        f = getattr(self, medium, None) if medium in ("image", "video") else None
+        if f is None:
+            from capscore.errors import CapscoreError
+
+            other = [m for m in self.media if m != medium]
+            raise CapscoreError(f"metric {self.name!r} does not score {medium}s"
+                                + (f"; it scores {other[0]}s" if other else ""))
+        return f
+
+    def needs(self, medium: str = "image") -> frozenset:
+        return self.formula(medium).needs | ({"refs"} if self.needs_refs else frozenset())
+
+    def columns(self, medium: str = "image") -> tuple[str, ...]:
+        """Extra row columns beside the score (e.g. image_score, ref_score)."""
+        return tuple(self.formula(medium).columns)
+
+    def default_prefix_for(self, medium: str) -> str:
+        return self.video_prefix if medium == "video" else self.prefix
+
+    def compute(self, batch: EmbeddingBatch) -> Values:
+        return self.formula(batch.medium).compute(batch)
+
+    # the CLIPScore family's attributes, kept on the row for readers of the formulas
+    @property
+    def default_prefix(self) -> str:
+        return self.prefix
+
+    @property
+    def w(self) -> float:
+        return getattr(self.image, "w", math.nan)
+
+
+METRICS: dict[str, Metric] = {}
+
+
+def register(metric: Metric) -> Metric:
+    """Add a row (a name is registered once; a second row of the same name is a programming error)."""
+    if metric.name in METRICS:
+        raise ValueError(f"metric {metric.name!r} is registered twice")
+    METRICS[metric.name] = metric
+    return metric
+
+
+def _load_families() -> None:
+    # each family registers its rows when imported; importing them here keeps one entry point
+    import capscore.scores.clipscore  # noqa: F401  (CLIP-S, RefCLIP-S, PAC-S, RefPAC-S, MCS; EMScore on videos)
+    import capscore.scores.abe_metric  # noqa: F401, I001
+    try:
+        import capscore.scores.classic  # noqa: F401  (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE)
+    except ModuleNotFoundError as e:
+        if e.name != "capscore.scores.classic":
+            raise
+
+
+_loaded = False
+
+
+def registry() -> dict[str, Metric]:
+    """Every registered metric, by name."""
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        _load_families()
+    return METRICS
+
+
+def get_metric(name: "str | Metric") -> Metric:
+    """The registry row named ``name`` (a did-you-mean error for an unknown one)."""
+    if isinstance(name, Metric):
+        return name
+    rows = registry()
+    if name not in rows:
+        from capscore.errors import unknown_name
+
+        raise unknown_name("metric", name, rows)
+    return rows[name]
+
+
+def metric_names(medium: str | None = None) -> tuple[str, ...]:
+    """Names of the registered metrics (that score ``medium``, when given), in registration order."""
+    return tuple(n for n, m in registry().items() if medium is None or getattr(m, medium) is not None)
