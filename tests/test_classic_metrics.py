@@ -157,3 +157,25 @@ def test_correlate_prints_classic_and_clip_rows_with_significance(tmp_path, caps
     assert sig["names"] == ["bleu4", "rouge-l", "clip-s"] and sig["n_resamples"] == 50 and sig["n_clusters"] == 8
     w = williams_test([by["clip-s"][i] for i in ids], [by["bleu4"][i] for i in ids], [human[i] for i in ids])
     assert sig["williams_p"][2][0] == pytest.approx(w.p_value)
+
+
+@needs_java
+def test_score_pipeline_gives_cider_its_whole_set_idf(tmp_path):
+    """`capscore score` / capscore.score: CIDEr over the whole evaluated set even when the pipeline's chunks and
+    batches are smaller than the set (the reference code computes the IDF once over all of it)."""
+    from PIL import Image
+
+    from capscore.data.records import Record
+    from capscore.data.sources import InMemory
+    from capscore.pipeline import Encoding, ScoreJob, iter_rows
+
+    recs = []
+    for i, (c, rs) in enumerate(zip(CANDS, REFS)):
+        Image.new("RGB", (16, 16), (40 * i, 0, 0)).save(tmp_path / f"{i}.png")
+        recs.append(Record.make(f"c{i}", tmp_path / f"{i}.png", c, rs))
+    job = ScoreJob(source=InMemory(tuple(recs)), models=("capscore-test-tiny",), metrics=("cider", "bleu4"),
+                   encoding=Encoding(batch_size=2, cache=False), chunk_size=2, progress=False)
+    rows = list(iter_rows(job))
+    want = classic.classic_scores(["cider", "bleu4"], CANDS, REFS)
+    np.testing.assert_allclose([r["score"] for r in rows if r["metric"] == "cider"], want["cider"].values, rtol=1e-12)
+    np.testing.assert_allclose([r["score"] for r in rows if r["metric"] == "bleu4"], want["bleu4"].values, rtol=1e-12)
