@@ -98,11 +98,11 @@ def ratio(a: Clock, b: Clock) -> str:
 def run_capscore(backbone, images_dir: Path, captions: Path, cache_dir: Path, metric: str, batch: int):
     from capscore.data.captions import index_images, read_captions
     from capscore.embed import EmbeddingCache, Encoder
-    from capscore.scores.scorer import score_records
+    from capscore.pipeline import score_all
 
     enc = Encoder(backbone, batch_size=batch, cache=EmbeddingCache(cache_dir))
     records = read_captions(captions, images=index_images(images_dir))
-    seconds, rows = timed(lambda: list(score_records(records, enc, metric, prefix="")))
+    seconds, rows = timed(lambda: list(score_all(records, enc, metric, prefix="")))
     return seconds, rows, enc
 
 

@@ -2,7 +2,7 @@
 
 Writes N scenes clips (``capscore.scenes.video.write_scenes_videos``: real .mp4 files, lossless
 H.264, ``--frames`` frames each at 4 fps, ``--size`` px) with their 5 graded captions each, then
-scores every caption with a video metric (default pac-s) through ``score_video_records`` — the
+scores every caption with a video metric (default pac-s) through ``capscore.pipeline.score_all`` — the
 path ``capscore score --videos`` takes — and prints:
 
 * capscore cold (empty in-memory cache): clips/s, captions/s, and the share of wall time spent
@@ -42,7 +42,7 @@ def main() -> None:
     from capscore.data.video import index_videos
     from capscore.embed import EmbeddingCache, Encoder, MemoryCache
     from capscore.scenes.video import write_scenes_videos
-    from capscore.scores.video import score_video_records
+    from capscore.pipeline import score_all
 
     print(f"torch threads {torch.get_num_threads()}, device {args.device}, model {args.model}, metric {args.metric}, "
           f"{args.clips} clips x {args.frames} frames of {args.size}px, sampling {args.sampling}")
@@ -58,7 +58,7 @@ def main() -> None:
 
         def run(encoder, records):
             t0 = time.perf_counter()
-            rows = list(score_video_records(records, encoder, args.metric, sampling=args.sampling))
+            rows = list(score_all(records, encoder, args.metric, medium="video", options={"sampling": args.sampling}))
             return time.perf_counter() - t0, rows
 
         bb_warm = Encoder(bb, cache=MemoryCache())  # one untimed pass to load kernels / tokenizer

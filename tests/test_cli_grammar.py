@@ -28,7 +28,7 @@ def parse(argv):
 
 
 @pytest.mark.parametrize("name", list(ENCODING))
-def test_every_encoding_command_takes_device_dtype_and_defaults_to_scenes_tiny(name):
+def test_every_encoding_command_takes_device_dtype_and_its_default_model(name):
     args = parse(ENCODING[name] + ["--device", "cuda:1", "--dtype", "bf16"])
     assert (args.device, args.dtype) == ("cuda:1", "bf16")
     model = parse(ENCODING[name]).model
@@ -37,6 +37,8 @@ def test_every_encoding_command_takes_device_dtype_and_defaults_to_scenes_tiny(n
     elif name.startswith("train"):
         # resolved per recipe at run time: scenes-tiny, or the recipe's own start (scenes-tiny recipe: random init)
         assert model is None
+    elif name == "score":
+        assert model == ["ViT-B-32/openai"]  # CLIP-S's backbone; offline the error names --model scenes-tiny
     else:
         assert model in ("scenes-tiny", ["scenes-tiny"])
 
@@ -56,7 +58,7 @@ def test_several_models_one_flag_or_repeated_flag_are_the_same(name):
     (ENCODING["explain"] + ["--model", "A", "--model", "B"], "takes one model"),
     (ENCODING["train"] + ["--model", "A", "B"], "takes one model"),
     (ENCODING["score"] + ["--metric", "clip-z"], "did you mean 'clip-s'"),
-    (ENCODING["correlate"] + ["--metric", "abe"], "unknown metric 'abe'"),  # correlate has no abe
+    (ENCODING["correlate"] + ["--metric", "abe-clip"], "unknown metric 'abe-clip'"),
 ])
 def test_a_repeated_or_unknown_value_is_an_error_never_dropped(argv, needle, capsys):
     assert main(argv) == 2  # argparse's exit becomes capscore's one-line error and exit status 2

@@ -532,7 +532,7 @@ def test_truncation_and_metric_fit_warnings_come_once(w, tmp_path, capsys):
     err = "\n".join(str(r.message) for r in rec) + capsys.readouterr().err  # recorded or printed by the CLI
     assert code == 0, err
     assert err.count("truncated") == 1, err  # 3 chunks, one warning
-    assert err.count("--metric pac-s uses w=2.0") == 1 and MODEL in err
+    assert err.count("metric pac-s uses w=2.0") == 1 and MODEL in err
     assert json.loads((tmp_path / "t.jsonl.summary.json").read_text())["truncated_captions"] == 6
 
 
@@ -541,7 +541,7 @@ def test_mcs_on_a_monolingual_model_warns_by_name(w, tmp_path, capsys):
     with warnings.catch_warnings(record=True) as rec:
         code = main([str(a) for a in score(w, w["f"]["good.json"], "--metric", "mcs", out=tmp_path / "m.jsonl")])
     err = "\n".join(str(r.message) for r in rec) + capsys.readouterr().err  # recorded or printed by the CLI
-    assert code == 0 and err.count("--metric mcs expects a multilingual backbone") == 1 and MODEL in err
+    assert code == 0 and err.count("metric mcs expects a multilingual backbone") == 1 and MODEL in err
 
 
 def test_zero_bytes_and_whitespace_only_captions(w, tmp_path, capsys):

@@ -129,7 +129,7 @@ def anet(tmp_path):
 
 def test_activitynet_foil_loader_and_accuracy(anet, tiny_backbone):
     from capscore.embed import Encoder
-    from capscore.scores.video import score_video_records
+    from capscore.pipeline import score_all
 
     root, vids = anet
     ds = load_activitynet_foil(root, vids)
@@ -143,8 +143,8 @@ def test_activitynet_foil_loader_and_accuracy(anet, tiny_backbone):
     enc = Encoder(tiny_backbone)
     res = evaluate_video(ds, enc, "refpac-s", sampling="all")
     # by hand from the per-segment scores: a video is right when its mean right score beats the mean foil score
-    rows = {r["id"]: r["score"] for r in score_video_records([r for v in ds.items for r in v.right + v.foil], enc,
-                                                              "refpac-s", sampling="all")}
+    rows = {r["id"]: r["score"] for r in score_all([r for v in ds.items for r in v.right + v.foil], enc,
+                                                   "refpac-s", medium="video", options={"sampling": "all"})}
     wins = [np.mean([rows[r.id] for r in v.right]) > np.mean([rows[r.id] for r in v.foil]) for v in ds.items]
     assert res.value("accuracy") == pytest.approx(100 * np.mean(wins)) and res.n == 2
     # segment windows change what is encoded: 2 s at 4 fps = 8 frames per segment, 4 segment windows

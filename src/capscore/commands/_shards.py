@@ -7,7 +7,6 @@ read through :func:`capscore.data.shards.read_shard`.
 """
 from __future__ import annotations
 
-from capscore.data.sources import ShardedSource  # noqa: F401  (re-exported for the commands)
 from capscore.errors import CapscoreError
 
 FLAGS = {"webdataset": "--webdataset", "parquet": "--parquet", "hf": "--hf-dataset"}

@@ -126,7 +126,7 @@ def run(args) -> int:
 
         output_format(Path(args.out))
     job = job_from_args(args)
-    if isinstance(job.source, _shards.ShardedSource) and args.engine == "ray":
+    if args.engine == "ray":  # source_from_args refuses --engine ray without a sharded source
         from capscore.engines.ray import run_score
 
         return run_score(job, ray=_shards.ray_options(args))

@@ -1,7 +1,7 @@
 """Meta-evaluation: score a judgment dataset with one metric and one backbone, then compare with humans.
 
 The thin shell between :mod:`capscore.meta.datasets` (what humans said),
-:func:`capscore.scores.scorer.score_records` (what the metric says; every vector
+:func:`capscore.pipeline.score_all` (what the metric says; every vector
 goes through the :class:`~capscore.embed.Encoder` and its cache, so a second
 metric or a re-run on the same backbone encodes nothing new) and
 :mod:`capscore.meta.stats` (how well they agree). Results are frozen
