@@ -357,7 +357,7 @@ def _p(p: float | None, resamples: int | None) -> str:
         return "n/a"
     if resamples and p == 0:
         return f"<{1 / resamples:.2g}"
-    return f"{p:.3f}"
+    return "<0.001" if p < 0.0005 else f"{p:.3f}"
 
 
 def format_comparison(c: MetricComparison) -> str:
