@@ -84,9 +84,105 @@ def test_jumble_changes_order_keeps_multiset():
 
 def test_substitution_with_given_objects_swaps_them():
     assert perturb(CAP, "substitution", objects=["dog", "cat"]).text == "a cat chases a dog on the grass"
-    # word boundaries: "cat" inside "category" is not an object
+    # word boundaries: "cat" inside "category" is not an object. Algorithm 1 in sequence: the last "dog" becomes
+    # "cat" ("a cat in a category"), then the last whole-word "cat" -- the one just inserted -- becomes "dog":
+    # the caption comes back unchanged, and Algorithm 1 emits it as it is
     r = perturb("a dog in a category", "substitution", objects=["dog", "cat"])
-    assert not r.ok and "fewer than two distinct" in r.reason
+    assert not r.ok and r.unchanged and "left the caption unchanged" in r.reason
+    r = perturb("a dog runs", "substitution", objects=["dog"])
+    assert not r.ok and r.unchanged and "fewer than two distinct" in r.reason
+
+
+class FixedShuffle:
+    """An rng whose shuffle puts the list in a given order (indices into the original list)."""
+
+    def __init__(self, order):
+        self.order = order
+
+    def shuffle(self, xs):
+        xs[:] = [xs[i] for i in self.order]
+
+
+def test_substitution_replaces_each_object_once_in_sequence():
+    """Algorithm 1's ``shuffled[j].join(target.rsplit(objects[j], 1))``: the LAST occurrence, once, step by step.
+    objects [cat, dog] -> [dog, cat]: "a cat sees a dog and another dog" -> the last "cat" becomes "dog" ("a dog
+    sees a dog and another dog") -> the last "dog" becomes "cat"; the other dogs stay (not every occurrence)."""
+    r = perturb("a cat sees a dog and another dog", "substitution", objects=["cat", "dog"], rng=FixedShuffle([1, 0]))
+    assert r.text == "a dog sees a dog and another cat"
+
+
+def test_substitution_reproduces_the_papers_figures():
+    from capscore.perturb.prmcs import sub_in_sent
+
+    # Fig. 13 (DE): critical objects Packungen, Flaschen, Pralinen; Flaschen <-> Pralinen (the paper prints the
+    # result with a lower-case "vor")
+    de = "Vor einem weißen Hintergrund stehen mehrere Packungen und Flaschen, in den Packungen befinden sich Pralinen"
+    r = perturb(de, "substitution", objects=["Packungen", "Flaschen", "Pralinen"], lang="de",
+                rng=FixedShuffle([0, 2, 1]))
+    assert r.text == ("Vor einem weißen Hintergrund stehen mehrere Packungen und Pralinen, in den Packungen "
+                      "befinden sich Flaschen")
+    # Fig. 12 (FR)
+    fr_objs = ["chat noir", "chat blanc", "matelas pour animaux de compagnie blanc et rose"]
+    fr = ("Un chat noir et un chat blanc allongés ensemble sur un matelas pour animaux de compagnie blanc et rose "
+          "posé sur un tapis blanc.")
+    r = perturb(fr, "substitution", objects=fr_objs, lang="fr", rng=FixedShuffle([1, 2, 0]))
+    assert r.text == ("Un chat blanc et un matelas pour animaux de compagnie blanc et rose allongés ensemble sur un "
+                      "chat noir posé sur un tapis blanc.")
+    # Fig. 14 (JA): six objects, one a substring of another (スマホ in 黒いフレームのスマホ); substrings, as rsplit
+    ja_objs = ["黒いフレームのスマホ", "空と海のような青色と黄色", "黒い陸", "人影", "紫色のタッチペン", "スマホ"]
+    ja = ("無地の白色を背景として、黒いフレームのスマホがあり、画面には空と海のような青色と黄色に黒い陸と人影が浮かんでいて、"
+          "紫色のタッチペンがスマホに立てかけられている。")
+    shuffled = ["空と海のような青色と黄色", "黒い陸", "黒いフレームのスマホ", "紫色のタッチペン", "スマホ", "人影"]
+    assert sub_in_sent(ja, ja_objs, shuffled) == (
+        "無地の白色を背景として、空と海のような青色と黄色があり、画面には黒い陸に黒いフレームのスマホと紫色のタッチペンが浮かんでいて、"
+        "スマホが人影に立てかけられている。")
+
+
+@pytest.mark.parametrize("lang,caption", [
+    ("de", "eine Frau sitzt an einem Tisch mit einem Kuchen"),
+    ("fr", "une femme assise à une table avec un gâteau"),
+    ("es", "una mujer sentada en la mesa con un pastel"),
+    ("ja", "ケーキの載ったテーブルの横に座っている1人の女性"),
+])
+def test_non_english_without_objects_is_never_parsed_with_the_english_model(lang, caption, monkeypatch):
+    """PR-MCS Fig. 8's transcreated captions: no critical objects in the data and no parser for the language ->
+    not perturbable, with the reason; the English spaCy model is never loaded for them."""
+    import capscore.perturb.prmcs as P
+
+    def no_english(*a, **k):
+        raise AssertionError("the English parser was used on a non-English caption")
+
+    monkeypatch.setattr(P, "_spacy", no_english)
+    r = perturb(caption, "substitution", lang=lang)
+    assert not r.ok and not r.unchanged
+    assert "no critical objects" in r.reason and lang in r.reason
+
+
+def test_non_english_with_critical_objects_or_its_own_parser(monkeypatch):
+    import capscore.perturb.prmcs as P
+
+    monkeypatch.setattr(P, "_spacy", lambda *a, **k: (_ for _ in ()).throw(AssertionError("English parser used")))
+    # es: objects from the data; hombre <-> palo, casco stays: the last "hombre" -> "palo", then the last "palo"
+    # (the original one, after "un") -> "hombre"
+    es = "un hombre con un casco sostiene un palo"
+    r = perturb(es, "substitution", objects=["hombre", "casco", "palo"], lang="es", rng=FixedShuffle([2, 1, 0]))
+    assert r.text == "un palo con un casco sostiene un hombre"
+    # ja without spaces and without lang: not English, not parsed
+    r = perturb("犬が猫を追う", "substitution")
+    assert not r.ok and "unspaced text" in r.reason
+
+    class Tok:  # a German "parser" passed by the caller: its nouns are the objects
+        def __init__(self, text, pos):
+            self.text, self.pos_ = text, pos
+
+    de_nlp = lambda s: [Tok(w, "NOUN" if w[0].isupper() else "DET") for w in s.split()]
+    r = perturb("eine Frau sitzt an einem Tisch", "substitution", lang="de", nlp=de_nlp, rng=FixedShuffle([1, 0]))
+    assert r.text == "eine Tisch sitzt an einem Frau"
+
+
+def test_english_nouns_still_come_from_spacy():
+    assert perturb("a dog chases a cat", "substitution", lang="en").text == "a cat chases a dog"
+    assert perturb("a dog chases a cat", "substitution", lang="en-GB").text == "a cat chases a dog"
 
 
 def test_substitution_with_spacy_nouns_changes_caption():

@@ -73,21 +73,36 @@ def test_specificity_reference_variant_by_hand():
         [0.20, 0.25, 0.24, 0.30, 0.0, 0.0],  # zero padding -> K = 4; last step dropped: up, down
         [0.10, 0.20, 0.30],  # K = 3 < 4 -> skipped
         [0.1, 0.2, 0.3, 0.4, 0.5],  # K = 5 -> steps 1..3: up, up, up
-        [0.3, 0.0, 0.5, 0.6, 0.7],  # a score <= 0 ends the chain -> K = 1 -> skipped
+        [0.3, 0.0, 0.5, 0.5, 0.7],  # 4 positive scores -> K = 4 (the 0.0 stays a value): up, up
     ]
     wrong = [
         [0.19, 0.26, 0.20, 0.0, 0.0],  # kept steps: 0.20 > 0.19 yes, 0.25 > 0.26 no
         [0.05, 0.1],
         [0.05, 0.25, -0.1, 0.3],  # yes, no, (-0.1 <= 0: no score)
-        [0.1, 0.1, 0.1, 0.1],
+        [0.1, 0.1, 0.1, 0.1],  # kept steps: 0.3 > 0.1 yes, 0.0 > 0.1 no
     ]
     r = M.specificity_rates(prefix, wrong, variant="reference")
-    assert r.pos.triplets == pytest.approx(4 / 5) and r.pos.images == pytest.approx((1 / 2 + 1) / 2)
-    assert r.pos.n_images == 2 and r.pos.n_skipped == 2
-    assert r.neg.triplets == pytest.approx(2 / 4) and r.neg.images == pytest.approx(0.5)
-    assert r.neg.n_triplets == 4 and r.neg.n_skipped == 2
+    # pos: chain 1 up/down, chain 3 up/up/up, chain 4 (0.3 -> 0.0 down, 0.0 -> 0.5 up)
+    assert r.pos.triplets == pytest.approx(5 / 7) and r.pos.images == pytest.approx((1 / 2 + 1 + 1 / 2) / 3)
+    assert r.pos.n_images == 3 and r.pos.n_skipped == 1
+    # neg: chain 1 yes/no, chain 3 yes/no (third: no score), chain 4 yes/no
+    assert r.neg.triplets == pytest.approx(3 / 6) and r.neg.images == pytest.approx(0.5)
+    assert r.neg.n_triplets == 6 and r.neg.n_skipped == 1
     with pytest.raises(Exception, match="'variant' parameter"):
         M.specificity_rates(prefix, wrong, variant="paper")
+
+
+def test_specificity_reference_variant_counts_positive_scores_not_the_first_non_positive():
+    # the reference compute_increments: n = number of positive stored scores (4 here), first n prefixes, last
+    # step dropped -> prefixes 0.2, -0.01, 0.25: steps 0.2 -> -0.01 (down), -0.01 -> 0.25 (up) -> SR_pos 1/2;
+    # wrong 0.1, 0.3 against 0.2, -0.01: 0.2 > 0.1 yes, -0.01 > 0.3 no -> SR_neg 1/2
+    r = M.specificity_rates([[0.2, -0.01, 0.25, 0.3, 0.35]], [[0.1, 0.3, 0.2, 0.1]], variant="reference")
+    assert r.pos.images == pytest.approx(0.5) and r.neg.images == pytest.approx(0.5)
+    assert r.pos.triplets == pytest.approx(0.5) and r.neg.triplets == pytest.approx(0.5)
+    assert r.pos.n_images == 1 and r.pos.n_skipped == 0 and r.pos.n_triplets == 2
+    # on chains of positive scores nothing changes: K = 5 -> steps 1..3
+    r = M.specificity_rates([[0.1, 0.2, 0.15, 0.3, 0.4]], [[0.05, 0.3, 0.1, 0.5]], variant="reference")
+    assert r.pos.images == pytest.approx(2 / 3) and r.neg.images == pytest.approx(2 / 3)
 
 
 # ------------------------------------------------------------------ LGIP: pairs (reference code) vs captions (eqs. 4-8)
@@ -158,6 +173,22 @@ def test_units_tile_the_caption():
     cap = "A woman wearing a white hat holds an umbrella while walking down a busy street at night."
     units = detail_units(cap)
     assert " ".join(units) == cap and len(units) >= 2
+
+
+@pytest.mark.parametrize("caption,units", [
+    # chunks: "A dog lies on a rug" (PP attached, rule 2) | "near the sofa," (2nd PP: not attached) |
+    # "beside the lamp" | "a black cat." -- rule 3: "near the sofa," is led by a PP and has no verb, so it joins
+    # what follows; the merged unit is still PP-led without a verb, so it joins "a black cat." too
+    ("A dog lies on a rug near the sofa, beside the lamp a black cat.",
+     ["A dog lies on a rug", "near the sofa, beside the lamp a black cat."]),
+    # "near a door," joins "in a parked car" (rule 3); the merged unit contains a verb (parked/VBN, VERB), so it
+    # stops there and "a man waits." stays a unit of its own
+    ("A dog sits on a mat near a door, in a parked car a man waits.",
+     ["A dog sits on a mat", "near a door, in a parked car", "a man waits."]),
+])
+def test_merge_rule_3_applies_to_any_segment_led_by_a_pp(caption, units):
+    """SPECS §4.2 rule (3), "segments which start with a prepositional phrase", not only sentence-initially."""
+    assert detail_units(caption) == units
 
 
 @pytest.mark.parametrize("caption,paper,ours", [

@@ -201,10 +201,13 @@ def test_zeroshot_cli_matches_numpy_on_the_encoders_vectors(tmp_path, make_image
     assert s["n_images"] == 5 and s["n_classes"] == 3 and s["n_templates"] == 1 and s["n_files_skipped"] == 1
 
 
-def test_retrieval_rejects_the_abe_scorer(tmp_path, capsys):
-    rc = main(["probe", "--suite", "retrieval", "--data", "x.json", "--model", "capscore-test-tiny",
+def test_zeroshot_rejects_other_scorers_and_retrieval_takes_cosine_or_abe(tmp_path, capsys):
+    rc = main(["probe", "--suite", "zeroshot", "--data", "x", "--model", "capscore-test-tiny",
                "--scorer", "abe", "--out", str(tmp_path)])
     assert rc == 2 and "cosine only" in capsys.readouterr().err
+    rc = main(["probe", "--suite", "retrieval", "--data", "x.json", "--model", "capscore-test-tiny",
+               "--scorer", "clip-s", "--out", str(tmp_path)])
+    assert rc == 2 and "re-ranks with --scorer abe" in capsys.readouterr().err
 
 
 # ============================================================================ scenes versions

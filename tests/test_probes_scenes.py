@@ -61,3 +61,24 @@ def test_scenes_tiny_lgip_color_flips_and_specificity():
     assert color["positive_rate"] > 0.7
     spec = SCENE_SUITES["scenes-specificity"](enc, args=_args(n_scenes=16)).summary[0]
     assert spec["sr_neg"] > 0.5
+
+
+def test_scenes_lgip_has_count_flips(tiny_backbone):
+    """LGIP Table 2's count column has its scenes counterpart: number words flipped to another number word."""
+    import re
+
+    from capscore.embed.engine import Encoder
+    from capscore.probes.scenes import SCENE_SUITES
+
+    numbers = ["two", "three", "four", "five", "six"]  # counts the short captions write as words (2..6 objects)
+    res = SCENE_SUITES["scenes-lgip"](Encoder(tiny_backbone, batch_size=32), args=_args(n_scenes=24))
+    count = next(s for s in res.summary if s["flip_type"] == "count")
+    flips = [(r["caption"], f) for r in res.rows for f in r["flips"] if f["type"] == "count"]
+    assert count["n_flips"] == len(flips) > 0
+    for caption, f in flips:
+        assert f["old"] in numbers and f["new"] in numbers and f["old"] != f["new"]
+        m = re.search(rf"\b{f['old']}\b", caption)  # the first count word is the one flipped
+        assert f["text"] == caption[: m.start()] + f["new"] + caption[m.end():]
+    # captions that carry a count word all get a count flip
+    with_count = [r for r in res.rows if any(re.search(rf"\b{w}\b", r["caption"]) for w in numbers)]
+    assert len(with_count) == len(flips)

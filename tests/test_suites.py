@@ -261,3 +261,19 @@ def test_cli_probe_abe_options(tmp_path, root, capsys):
     assert "apply to --scorer abe only" in capsys.readouterr().err
     assert main(base + ["--scorer", "abe", "--abe-k", "0", "--out", str(tmp_path / "y")]) == 2
     assert "--abe-k must be an integer >= 1; got 0" in capsys.readouterr().err
+
+
+def test_probe_items_read_critical_objects(tmp_path, root):
+    """M-FineCap3k's "Critical Objects" as a field: a list, or comma-separated text ("、" in Japanese)."""
+    f = tmp_path / "caps.jsonl"
+    f.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in [
+        {"image": "img0.png", "caption": "a b", "lang": "de", "critical_objects": "Packungen, Flaschen,Pralinen"},
+        {"image": "img1.png", "caption": "c d", "lang": "ja", "critical_objects": "人影、スマホ"},
+        {"image": "img2.png", "caption": "e f", "critical_objects": ["white shirt", " golf "]},
+        {"image": "img3.png", "caption": "g h", "objects": ["x", "y"], "critical_objects": "ignored, here"}]) + "\n")
+    items = F.load_probe_items(f, root)
+    assert [it.objects for it in items] == [("Packungen", "Flaschen", "Pralinen"), ("人影", "スマホ"),
+                                            ("white shirt", "golf"), ("x", "y")]
+    f.write_text(json.dumps({"image": "img0.png", "caption": "a", "critical_objects": [1]}) + "\n")
+    with pytest.raises(InputError, match="caps.jsonl:1: field 'critical_objects' must be a list of strings"):
+        F.load_probe_items(f, root)

@@ -7,7 +7,12 @@ read through :func:`capscore.data.shards.read_shard`.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from capscore.errors import CapscoreError
+
+if TYPE_CHECKING:
+    from capscore.data.sources import ShardedSource
 
 FLAGS = {"webdataset": "--webdataset", "parquet": "--parquet", "hf": "--hf-dataset"}
 

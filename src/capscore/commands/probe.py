@@ -15,7 +15,10 @@ from capscore.errors import CapscoreError, unknown_name
 FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
                "aro-flickr-order", "abc6k", "winoground")
 CAPTION_SUITES = ("perturb", "lgip", "specificity")
-DATA_SUITES = ("retrieval", "zeroshot")  # SPECS Table 4 / ABE-CLIP Table 2 evaluations (cosine only)
+DATA_SUITES = ("retrieval", "zeroshot")  # SPECS Table 4 / ABE-CLIP Table 2 evaluations
+RANKING_SUITES = ("retrieval", "scenes-retrieval")  # cosine, or a pair scorer re-ranking cosine's top k (abe)
+COSINE_ONLY_SUITES = ("zeroshot", "scenes-zeroshot")
+MCS_SUITES = ("perturb", "scenes-perturb")  # scored with MCS by default: PR-MCS's tables are on MCS
 
 
 def _scene_suites() -> dict:
@@ -34,7 +37,15 @@ def configure(p) -> None:
                    "Karpathy-split JSON; zeroshot: class-folder root or path,label CSV")
     p.add_argument("--images", metavar="DIR", help="image root the suite's image fields are relative to")
     p.add_argument("--mapping", metavar="FILE", help="abc6k: JSON {caption: image}")
-    p.add_argument("--scorer", default="cosine", choices=("cosine", "abe"), help="pair scorer (default cosine)")
+    p.add_argument("--scorer", default=None, metavar="NAME",
+                   help="pair scorer: cosine, abe, or a reference-free metric (mcs, clip-s, pac-s); default: mcs "
+                        "for the perturb suites (PR-MCS scores with MCS = 2.5*max(0, cos)), cosine otherwise")
+    p.add_argument("--prefix", default=None, metavar="TEXT",
+                   help="text the scorer prepends to every caption (default: the scorer's own: 'A photo depicts ' "
+                        "for clip-s and pac-s, none for mcs, abe and cosine; '' for none)")
+    p.add_argument("--rerank-k", default=None, metavar="K|all",
+                   help="retrieval with --scorer abe: candidates per query the cosine picks and ABE re-ranks "
+                        "(default 20), or 'all' to score every pair (exact; small sets only)")
     add_abe_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="per-item rows (default jsonl)")
@@ -78,6 +89,25 @@ def _per_image(value: str) -> int | None:
     return int(value)
 
 
+def _rerank_k(value: str | None) -> int | None:
+    if value is None:
+        from capscore.probes.retrieval import RERANK_K
+
+        return RERANK_K
+    if value == "all":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise CapscoreError(f"--rerank-k must be a positive integer or 'all'; got {value!r}")
+    return int(value)
+
+
+def _scorer_name(args) -> str:
+    """--scorer as given, else the suite's default (mcs for the perturb suites, cosine otherwise)."""
+    if args.scorer is not None:
+        return args.scorer
+    return "mcs" if args.suite in MCS_SUITES else "cosine"
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
 
@@ -119,8 +149,17 @@ def run(args) -> int:
         raise CapscoreError(f"--batch-size must be a positive integer; got {args.batch_size}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise CapscoreError(f"--out {args.out}: is an existing file; --out names the output folder")
-    if args.suite in DATA_SUITES + ("scenes-retrieval", "scenes-zeroshot") and args.scorer != "cosine":
+    args.scorer = _scorer_name(args)
+    if args.suite in COSINE_ONLY_SUITES and args.scorer != "cosine":
         raise CapscoreError(f"--suite {args.suite} ranks by the embeddings' cosine only; got --scorer {args.scorer}")
+    if args.suite in RANKING_SUITES and args.scorer not in ("cosine", "abe"):
+        raise CapscoreError(f"--suite {args.suite} ranks by cosine or re-ranks with --scorer abe; "
+                            f"got --scorer {args.scorer}")
+    if args.suite in RANKING_SUITES + COSINE_ONLY_SUITES and args.prefix is not None:
+        raise CapscoreError(f"--prefix does not apply to --suite {args.suite}")
+    if args.rerank_k is not None and not (args.suite in RANKING_SUITES and args.scorer == "abe"):
+        raise CapscoreError("--rerank-k applies to the retrieval suites with --scorer abe only")
+    args.rerank = _rerank_k(args.rerank_k)
     if args.suite != "retrieval" and (args.split != "test" or args.captions_per_image != "5"):
         raise CapscoreError(f"--split and --captions-per-image apply to --suite retrieval only; got --suite {args.suite}")
     if args.suite not in ("zeroshot", "scenes-zeroshot") and (args.templates or args.classnames):
@@ -131,7 +170,7 @@ def run(args) -> int:
     abe = abe_options(args)
     if abe and args.scorer != "abe":
         raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --scorer abe only")
-    scorer = get_pair_scorer(args.scorer, **abe)
+    scorer = get_pair_scorer(args.scorer, prefix=args.prefix, **abe)  # an unknown name: one line, did-you-mean
     results = []
     with progress(len(args.model), desc=f"probe {args.suite}", unit="model", leave=False) as bar:
         for spec in args.model:
@@ -140,8 +179,9 @@ def run(args) -> int:
             _write_rows(out / f"{_safe(args.suite)}__{_safe(spec)}.{args.format}", res)
             results.append(res)
             bar.update(1)
-    summary = [{"suite": r.suite, "model": r.model, "identity": r.identity, "scorer": r.scorer, "seed": r.seed,
-                "params": r.params, "source": r.source, "summary": list(r.summary)} for r in results]
+    prefix = getattr(scorer, "prefix", "")
+    summary = [{"suite": r.suite, "model": r.model, "identity": r.identity, "scorer": r.scorer, "prefix": prefix,
+                "seed": r.seed, "params": r.params, "source": r.source, "summary": list(r.summary)} for r in results]
     (out / f"{_safe(args.suite)}.summary.json").write_text(json.dumps(summary, indent=2, default=str))
     _print(results)
     return 0
@@ -159,7 +199,8 @@ def _probe_one(args, spec, kind, inputs, scorer, R, load_backbone, make_encoder,
     elif kind == "retrieval":
         from capscore.probes.retrieval import run_retrieval
 
-        res = run_retrieval(encoder, inputs, source=str(args.data), seed=args.seed)
+        res = run_retrieval(encoder, inputs, source=str(args.data), seed=args.seed,
+                            **_ranking(args, scorer))
     elif kind == "zeroshot":
         from capscore.probes.zeroshot import run_zeroshot
 
@@ -178,6 +219,13 @@ def _probe_one(args, spec, kind, inputs, scorer, R, load_backbone, make_encoder,
         res = R.run_suite(encoder, inputs, suite=args.suite, min_group_count=args.min_group_count,
                           text_only=args.suite == "sugarcrepe++", **common)
     return res
+
+
+def _ranking(args, scorer) -> dict:
+    """run_retrieval's scorer options: none for cosine; the pair scorer and its re-ranking depth for abe."""
+    if args.scorer == "cosine":
+        return {}
+    return {"scorer": scorer, "scorer_name": args.scorer, "rerank_k": args.rerank}
 
 
 def _write_rows(path: Path, res) -> None:

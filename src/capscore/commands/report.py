@@ -6,17 +6,28 @@ from __future__ import annotations
 
 
 def configure(p) -> None:
+    from capscore.commands._args import positive_int
+
     p.add_argument("runs", nargs="+", metavar="RUN_DIR",
                    help="output folders (searched recursively) or files of score, probe, correlate, train "
                         "and explain runs")
     p.add_argument("--out", required=True, metavar="FILE.html", help="the page to write (replaced if it exists)")
     p.add_argument("--title", default="capscore report", help="page title (default 'capscore report')")
+    p.add_argument("--max-rows", type=positive_int, default=None, metavar="N",
+                   help="score rows read in all (default 20,000,000; 8 bytes of memory each)")
 
 
 def run(args) -> int:
-    from capscore.report.html import SECTIONS, write_report
+    from dataclasses import replace
 
-    out, runs = write_report(args.runs, args.out, title=args.title)
+    from capscore.errors import CapscoreError
+    from capscore.report.html import SECTIONS, write_report
+    from capscore.report.rows import DEFAULT_LIMITS
+
+    limits = DEFAULT_LIMITS if args.max_rows is None else replace(DEFAULT_LIMITS, max_rows=args.max_rows)
+    if not str(args.out).lower().endswith((".html", ".htm")):
+        raise CapscoreError(f"--out must be an .html file; got {str(args.out)!r}")
+    out, runs = write_report(args.runs, args.out, title=args.title, limits=limits)
     shown = [head for _, head, _, has in SECTIONS if has(runs)]
     print(f"wrote {out}: {len(runs)} run(s); sections: {', '.join(shown)}")
     return 0

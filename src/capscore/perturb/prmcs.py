@@ -11,8 +11,34 @@ masking       each drawn word becomes a mask token (``mask``, default "[MASK]")
 jumble        all words are shuffled (the order must change)
 substitution  the positions of critical objects are swapped ("a dog chases a
               cat" -> "a cat chases a dog"): the caller's critical objects when
-              the data has them, otherwise the nouns spaCy finds
+              the data has them, otherwise, for English only, the nouns spaCy
+              finds
 ============  ===============================================================
+
+Substitution follows Algorithm 1's ``sub_in_sent``: the list of critical objects
+is shuffled until its order changes, then for j = 1..n the *last* occurrence of
+object j in the current caption is replaced by shuffled object j --
+``shuffled[j].join(target.rsplit(objects[j], 1))``: once per object, in sequence,
+each step seeing the previous steps' result (so a word a step inserted can be
+replaced again by a later step, as in the algorithm). The paper's Fig. 12 (FR),
+Fig. 13 (DE) and Fig. 14 (JA) substitution captions are reproduced exactly by this
+rule. A list
+with fewer than two distinct objects leaves the caption unchanged (Algorithm 1:
+``len(critical_obj_list) < 2``), and so does a replacement that happens to give
+back the original caption. One deviation: in spaced scripts an object matches
+whole words only ("cat" is not replaced inside "category"); ``str.rsplit`` in
+Algorithm 1 matches substrings, which garbles the longer word. Unspaced text
+(Japanese) matches substrings, as the algorithm does.
+
+Without critical objects (§5.2: "In the remaining datasets, nouns in the caption
+are extracted"), the distinct nouns of the caption in order of appearance are the
+objects -- parsed with spaCy's *English* model, so only for English captions: a
+caption whose ``lang`` is another language (or that is written without spaces)
+is never parsed with it (its articles would come out as nouns: "eine Frau sitzt
+an einem Tisch" -> "einem Tisch sitzt an einem Frau"). Such a caption is
+not perturbable, with the reason (no critical objects in the data, no parser for
+its language), unless the caller passes a parser for that language (``nlp``).
+A caption without ``lang`` is taken as English.
 
 Selection (repetition, removal, masking) follows Algorithm 1 (``rep_rem_mask``)
 draw for draw: the three perturbations share ONE generator and so one draw per
@@ -80,7 +106,7 @@ class Perturbed:
     original: str
     kind: str
     text: str | None
-    positions: tuple[int, ...] = ()  # word units (or spans, for substitution) that changed
+    positions: tuple[int, ...] = ()  # word units (for substitution: indices of objects moved) that changed
     reason: str = ""
     seed: int = 0
     unchanged: bool = False  # text is None because the caption stays as it is (Algorithm 1 emits it)
@@ -126,28 +152,37 @@ def _spacy(name: str | None):
     return load_spacy(name, disable=("ner", "lemmatizer"))
 
 
-def _object_spans(caption: str, objects: Sequence[str]) -> list[tuple[int, int]]:
-    """Non-overlapping occurrences of the critical objects, longest names first.
-
-    Spaced text matches whole words only ("cat" is not found in "category");
-    unspaced (Japanese) text matches substrings.
-    """
-    unspaced = is_unspaced(caption)
-    taken = [False] * len(caption)
-    spans = []
-    for obj in sorted({o for o in objects if o}, key=len, reverse=True):
-        pat = re.escape(obj) if unspaced else rf"(?<!\w){re.escape(obj)}(?!\w)"
-        for m in re.finditer(pat, caption):
-            if not any(taken[m.start() : m.end()]):
-                spans.append((m.start(), m.end()))
-                for k in range(m.start(), m.end()):
-                    taken[k] = True
-    return sorted(spans)
+def _is_english(lang: str | None) -> bool:
+    if lang is None:
+        return True
+    code = lang.strip().lower().replace("_", "-")
+    return code in ("en", "eng", "english") or code.startswith("en-")
 
 
-def _noun_spans(caption: str, nlp) -> list[tuple[int, int]]:
-    doc = nlp(caption)
-    return [(t.idx, t.idx + len(t.text)) for t in doc if t.pos_ in ("NOUN", "PROPN")]
+def _nouns(caption: str, nlp) -> list[str]:
+    """The distinct nouns of ``caption``, in order of first appearance."""
+    return list(dict.fromkeys(t.text for t in nlp(caption) if t.pos_ in ("NOUN", "PROPN")))
+
+
+def _replace_last(text: str, old: str, new: str, *, whole_word: bool) -> str:
+    """``new.join(text.rsplit(old, 1))`` (Algorithm 1), matching whole words only when ``whole_word``."""
+    if not whole_word:
+        return new.join(text.rsplit(old, 1))
+    last = None
+    for m in re.finditer(rf"(?<!\w){re.escape(old)}(?!\w)", text):
+        last = m
+    return text if last is None else text[: last.start()] + new + text[last.end() :]
+
+
+def sub_in_sent(caption: str, objects: Sequence[str], shuffled: Sequence[str]) -> str:
+    """Algorithm 1's replacement: for each j, the last occurrence of ``objects[j]`` in the caption
+    as it stands after steps 1..j-1 becomes ``shuffled[j]``. Whole words in spaced text."""
+    whole = not is_unspaced(caption)
+    target = caption
+    for old, new in zip(objects, shuffled):
+        if old:
+            target = _replace_last(target, old, new, whole_word=whole)
+    return target
 
 
 def perturb(
@@ -158,6 +193,7 @@ def perturb(
     seed: int = 0,
     mask: str = DEFAULT_MASK,
     objects: Sequence[str] | None = None,
+    lang: str | None = None,
     ensure_change: bool = False,
     removal: str = "keep-drawn",
     word_mode: str = "auto",
@@ -167,9 +203,11 @@ def perturb(
 ) -> Perturbed:
     """Apply one PR-MCS perturbation to ``caption`` (see the module docstring).
 
-    ``objects``: critical objects for substitution (None: spaCy nouns, using
-    ``nlp`` or the bundled English pipeline; for Japanese pass objects or a
-    Japanese ``nlp``). ``rng``: any object with ``random()``/``randrange()``/
+    ``objects``: critical objects for substitution, in the data's order (None: the
+    caption's nouns, parsed with ``nlp`` or, for English only, the bundled English
+    pipeline). ``lang``: the caption's language code; a non-English caption without
+    objects and without an ``nlp`` is not perturbable by substitution (never parsed
+    with the English model). ``rng``: any object with ``random()``/``randrange()``/
     ``shuffle()`` to use instead of the per-caption seeded generator.
     """
     if kind not in PERTURBATIONS:
@@ -180,7 +218,7 @@ def perturb(
         raise param_error("removal", "perturb", "'keep-drawn' (Algorithm 1) or 'drop-drawn' (§5.2 prose)", removal)
     rng = rng if rng is not None else _rng(seed, kind, caption)
     if kind == "substitution":
-        return _substitute(caption, rng, seed=seed, objects=objects, nlp=nlp)
+        return _substitute(caption, rng, seed=seed, objects=objects, nlp=nlp, lang=lang)
     words = split_words(caption, mode=word_mode, tokenizer=tokenizer)
     units = list(words.units)
     n = len(units)
@@ -221,31 +259,32 @@ def perturb(
     return Perturbed(caption, kind, text, tuple(sorted(sel)), "", seed)
 
 
-def _substitute(caption, rng, *, seed, objects, nlp) -> Perturbed:
+def _substitute(caption, rng, *, seed, objects, nlp, lang) -> Perturbed:
     kind = "substitution"
     if objects is not None:
-        spans = _object_spans(caption, objects)
-        source = "critical objects"
+        objs, source = [o for o in objects if o], "critical objects"
+    elif nlp is not None:
+        objs, source = _nouns(caption, nlp), "nouns"
+    elif is_unspaced(caption) or not _is_english(lang):
+        what = "unspaced text" if lang is None else f"language {lang!r}"
+        return _not(caption, kind, f"no critical objects in the data and no parser for {what} "
+                                   "(the English parser is not used on it)", seed, unchanged=False)
     else:
-        spans = _noun_spans(caption, nlp or _spacy(SPACY_MODEL))
-        source = "nouns"
-    names = [caption[a:b] for a, b in spans]
-    if len(set(names)) < 2:
+        objs, source = _nouns(caption, _spacy(SPACY_MODEL)), "nouns"
+    if len(set(objs)) < 2:  # Algorithm 1: fewer than two objects -> the caption as it is
         return _not(caption, kind, f"fewer than two distinct {source} to swap", seed)
-    new = list(names)
-    for _ in range(_MAX_TRIES):
-        rng.shuffle(new)
-        if new != names:
+    shuffled = list(objs)
+    for _ in range(_MAX_TRIES):  # Algorithm 1: ``while current_critical_obj_list == shuffled``
+        rng.shuffle(shuffled)
+        if shuffled != objs:
             break
-    if new == names:  # pragma: no cover
-        return _not(caption, kind, "swapping did not change the caption", seed)
-    out, last = [], 0
-    for (a, b), name in zip(spans, new):
-        out += [caption[last:a], name]
-        last = b
-    out.append(caption[last:])
-    changed = tuple(i for i in range(len(names)) if new[i] != names[i])
-    return Perturbed(caption, kind, "".join(out), changed, "", seed)
+    if shuffled == objs:  # pragma: no cover - 20 failed shuffles of >= 2 distinct objects
+        return _not(caption, kind, "shuffling did not change the order of the objects", seed)
+    text = sub_in_sent(caption, objs, shuffled)
+    if text == caption:
+        return _not(caption, kind, "Algorithm 1's replacement left the caption unchanged", seed)
+    changed = tuple(i for i in range(len(objs)) if shuffled[i] != objs[i])
+    return Perturbed(caption, kind, text, changed, "", seed)
 
 
 def perturb_all(
@@ -253,15 +292,19 @@ def perturb_all(
     kinds: Sequence[str] = PERTURBATIONS,
     *,
     objects: Sequence[Sequence[str] | None] | None = None,
+    langs: Sequence[str | None] | None = None,
     **options,
 ) -> list[list[Perturbed]]:
     """Every kind for every caption: result[i][k] is caption i under kinds[k].
 
-    ``objects``: per-caption critical objects (or None for spaCy nouns).
+    ``objects``: per-caption critical objects (or None for the nouns of English captions);
+    ``langs``: per-caption language codes (None: English).
     """
-    if objects is not None and len(objects) != len(captions):
-        raise param_error("objects", "perturb_all", f"one entry per caption ({len(captions)})", len(objects))
+    for name, per in (("objects", objects), ("langs", langs)):
+        if per is not None and len(per) != len(captions):
+            raise param_error(name, "perturb_all", f"one entry per caption ({len(captions)})", len(per))
     return [
-        [perturb(c, k, objects=(objects[i] if objects is not None else None), **options) for k in kinds]
+        [perturb(c, k, objects=(objects[i] if objects is not None else None),
+                 lang=(langs[i] if langs is not None else None), **options) for k in kinds]
         for i, c in enumerate(captions)
     ]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,17 +329,30 @@ def _str_list(row: dict, where: str, name: str) -> tuple[str, ...] | None:
     return tuple(v)
 
 
+def _critical_objects(row: dict, where: str) -> tuple[str, ...]:
+    v = row["critical_objects"]
+    if isinstance(v, str):
+        return tuple(o.strip() for o in re.split(r"[,、，]", v) if o.strip())
+    got = _str_list(row, where, "critical_objects")
+    return tuple(o.strip() for o in got if o.strip())
+
+
 def load_probe_items(data: str | Path, images: str | Path | None) -> list[ProbeItem]:
     """Captions for the caption-level probes (perturb, lgip, specificity): JSONL, CSV or a JSON
     list with ``image`` and ``caption``, optionally ``id``, ``objects`` (critical objects for
-    substitution), ``wrong_units`` (wrong details, one per specificity step) and ``lang``
-    (language code; the perturb probe reports per language)."""
+    substitution; also read from ``critical_objects``, as a list or as the comma-separated text
+    PR-MCS's M-FineCap3k annotation shows, "white shirt, grey shorts, golf, green field", with
+    "、" for Japanese), ``wrong_units`` (wrong details, one per specificity step) and ``lang``
+    (language code; the perturb probe reports per language, and parses only English captions
+    for nouns when no critical objects are given)."""
     im, out = Images(images), []
     for where, key, row in entries(Path(data)):
         caption = field(row, where, "caption")
         ref = im.ref(field(row, where, "image"), where, "image")
         ident = str(row.get("id") or key)
         objects = _str_list(row, where, "objects")
+        if objects is None and row.get("critical_objects") is not None:
+            objects = _critical_objects(row, where)
         wrong = _str_list(row, where, "wrong_units")
         lang = row.get("lang")
         if lang is not None and (not isinstance(lang, str) or not lang.strip()):

@@ -166,13 +166,18 @@ class SpecificityRates:
 def reference_chain(prefix: Sequence[float], wrong: Sequence[float]) -> tuple[list[float], list[float]]:
     """The SPECS reference evaluation's reading of one image's score chain.
 
-    A score <= 0 is padding: the prefix chain ends before the first one (and a wrong
-    score <= 0 is no score). The last step of the chain is dropped. Returns
-    (prefix scores kept, wrong scores for the steps kept); an image needs K >= 4
-    prefixes, i.e. >= 2 steps after the drop (enforced by the caller's ``min_steps``).
+    The reference ``compute_increments`` (``evaluation/intrinsic/metric.py``) stores each
+    image's scores in a zero-padded array and takes the chain length from the number of
+    *positive* stored scores, whatever their position: with n = that count it keeps the
+    first n prefixes, scores <= 0 among them included as they are, and then drops the
+    last step. So [0.2, -0.01, 0.25, 0.3, 0.35] has n = 4 and keeps the prefixes
+    [0.2, -0.01, 0.25] (2 steps); on a chain of positive scores this is "drop the last
+    step". A wrong score <= 0 is no score (NaN). Returns (prefix scores kept, wrong
+    scores for the steps kept); an image needs K >= 4 prefixes, i.e. >= 2 steps after
+    the drop (enforced by the caller's ``min_steps``).
     """
     p = _arr(prefix)
-    k = int(np.argmax(p <= 0)) if (p <= 0).any() else p.size  # chain length before the padding
+    k = int((p > 0).sum())  # chain length: the number of positive stored scores
     p = p[:k]
     w = _arr(wrong)[: max(k - 1, 0)]
     w = np.where(w > 0, w, np.nan)
@@ -189,8 +194,8 @@ def specificity_rates(prefix_scores: Sequence[Sequence[float]], wrong_scores: Se
 
     ``variant="capscore"`` (default): every step, every image in the triplet-level rate;
     ``min_steps`` (default 1) for the per-image mean. ``variant="reference"``: the SPECS
-    reference evaluation -- :func:`reference_chain` (score <= 0 is padding, last step
-    dropped) and images with K < 4 prefixes skipped from both rates (``min_steps`` 2
+    reference evaluation -- :func:`reference_chain` (chain length = number of positive
+    scores, last step dropped) and images with K < 4 prefixes skipped from both rates (``min_steps`` 2
     after the drop).
     """
     if variant not in SR_VARIANTS:

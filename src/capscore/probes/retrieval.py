@@ -22,11 +22,23 @@ Choices the papers leave open, exposed as parameters and recorded in the result:
   many captions were dropped is recorded, never silent.
 * Ties: a true match must score strictly higher than a wrong one to rank above it (a tie counts
   against the query), as everywhere in capscore's probes; with float cosines ties are rare.
+
+Ranking by a pair scorer (ABE-CLIP Table 2, "ABE-CLIP" / "ABE-FG-CLIP" rows): ABE scores an
+(image, text) pair from token and patch features, so it cannot rank a gallery with one matrix
+product; scoring every pair is 5,000 × 25,000 for MSCOCO. ``run_retrieval(scorer=..., rerank_k=k)``
+ranks in two stages (:func:`reranked_ranks`): the cosine picks each query's ``k`` most similar
+gallery items, the scorer re-ranks those ``k``, and the rest follow in cosine order. So R@K for
+K ≤ k is the scorer's ranking among the cosine's top k, and R@k itself equals the cosine's (the
+same k candidates, reordered); a true match outside the top k keeps its cosine rank (> k).
+``rerank_k=None`` is the exact mode: every gallery item is a candidate, i.e. the brute-force
+ranking by the scorer over all I × T pairs (for small sets: scenes, a few hundred images).
+The paper does not say how it ranked (exhaustively or re-ranking); it reports text→image only,
+capscore reports both directions. Each distinct (image, text) pair is scored once.
 """
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +83,57 @@ def retrieval_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_image:
         # the true image counts itself once (it is >= itself): that is the "1 +"; the rest are wrong images
         t2i[s : s + sim.shape[0]] = (sim >= pos).sum(dim=1).numpy()
     return i2t, t2i
+
+
+def _topk(query: torch.Tensor, gallery: torch.Tensor, k: int, chunk: int) -> torch.Tensor:
+    """(Q, k) indices of each query's k most similar gallery items by cosine, best first."""
+    out = []
+    for s in range(0, query.shape[0], chunk):
+        out.append((query[s : s + chunk].double() @ gallery.double().T).topk(k, dim=1).indices)
+    return torch.cat(out) if out else torch.zeros(0, k, dtype=torch.long)
+
+
+def _candidate_ranks(cand_scores: torch.Tensor, true: torch.Tensor, fallback: np.ndarray) -> np.ndarray:
+    """Rank of the best true candidate among the candidates (1 + wrong candidates scoring >= it);
+    ``fallback`` (the first stage's rank) where no candidate is true."""
+    best = torch.where(true, cand_scores, torch.full_like(cand_scores, -torch.inf)).max(dim=1).values
+    wrong_ge = ((cand_scores >= best[:, None]) & ~true).sum(dim=1)
+    has = true.any(dim=1)
+    return np.where(has.numpy(), (wrong_ge + 1).numpy(), fallback).astype(np.int64)
+
+
+def reranked_ranks(image_emb: torch.Tensor, text_emb: torch.Tensor, text_image: Sequence[int],
+                   pair_scores: Callable[[np.ndarray, np.ndarray], np.ndarray], *, rerank_k: int | None,
+                   chunk: int = 256) -> tuple[np.ndarray, np.ndarray, int]:
+    """Ranks as :func:`retrieval_ranks`, with a second stage: ``pair_scores`` re-ranks each query's
+    ``rerank_k`` cosine-nearest candidates (``None``: all of them, the exact ranking).
+
+    ``pair_scores(image_idx, text_idx)`` -> one score per (image, text) pair (higher = better);
+    it is called once, with every distinct candidate pair of both directions. Returns (image→text
+    ranks, text→image ranks, number of pairs scored). A query whose true match is not among its
+    candidates keeps its cosine rank, which is then > ``rerank_k``.
+    """
+    owner = torch.as_tensor(np.asarray(text_image, dtype=np.int64))
+    n_img, n_txt = image_emb.shape[0], text_emb.shape[0]
+    if rerank_k is not None and rerank_k < 1:
+        raise CapscoreError(f"rerank_k must be a positive integer or None (exact); got {rerank_k}")
+    cos_i2t, cos_t2i = retrieval_ranks(image_emb, text_emb, text_image, chunk=chunk)
+    k_t = n_txt if rerank_k is None else min(rerank_k, n_txt)
+    k_i = n_img if rerank_k is None else min(rerank_k, n_img)
+    cand_i2t = _topk(image_emb, text_emb, k_t, chunk)  # (I, k_t) text indices
+    cand_t2i = _topk(text_emb, image_emb, k_i, chunk)  # (T, k_i) image indices
+    # every distinct candidate pair, as the key image * T + text (sorted): scored once
+    key_i2t = (torch.arange(n_img)[:, None] * n_txt + cand_i2t).numpy()  # (I, k_t)
+    key_t2i = (cand_t2i * n_txt + torch.arange(n_txt)[:, None]).numpy()  # (T, k_i)
+    keys = np.unique(np.concatenate([key_i2t.reshape(-1), key_t2i.reshape(-1)]))
+    values = np.asarray(pair_scores(keys // n_txt, keys % n_txt), dtype=np.float64)
+    if values.shape != keys.shape:
+        raise CapscoreError(f"pair_scores returned {values.shape} values for {keys.size} pairs")
+    s_i2t = torch.from_numpy(values[np.searchsorted(keys, key_i2t)])  # (I, k_t)
+    s_t2i = torch.from_numpy(values[np.searchsorted(keys, key_t2i)])  # (T, k_i)
+    i2t = _candidate_ranks(s_i2t, owner[cand_i2t] == torch.arange(n_img)[:, None], cos_i2t)
+    t2i = _candidate_ranks(s_t2i, cand_t2i == owner[:, None], cos_t2i)
+    return i2t, t2i, int(keys.size)
 
 
 def recall_at(ranks: np.ndarray, ks: Sequence[int] = KS) -> dict[str, float]:
@@ -172,25 +235,57 @@ def load_karpathy(path: str | Path, images: str | Path | None, *, split: str = "
 
 
 # ============================================================================ runner
+RERANK_K = 20  # default candidates per query re-ranked by a pair scorer (> 10, so R@10 can move too)
+
+
 def run_retrieval(encoder: Encoder, data: RetrievalSet, *, suite: str = "retrieval", source: str = "",
-                  chunk: int = 256, seed: int = 0):
+                  chunk: int = 256, seed: int = 0, scorer: Callable | None = None, scorer_name: str | None = None,
+                  rerank_k: int | None = RERANK_K, pair_chunk: int = 2048):
     """Encode the gallery once and report R@1/5/10 (%) and the median rank in both directions.
 
+    ``scorer=None``: ranked by cosine. A pair scorer (``get_pair_scorer("abe")``): ranked by it
+    over each query's ``rerank_k`` cosine-nearest candidates, or over every pair with
+    ``rerank_k=None`` (see the module docstring); pairs are scored ``pair_chunk`` at a time.
     Per-query rows: ``direction`` (``image->text`` / ``text->image``), the query, its true match(es)
-    and the rank of the first true match.
+    and the rank of the first true match (and, re-ranked, the cosine rank beside it).
     """
     from capscore.probes.run import ProbeResult
 
     img = encoder.encode_images(list(data.images))
     txt = encoder.encode_texts(list(data.texts))
-    i2t, t2i = retrieval_ranks(img, txt, data.text_image, chunk=chunk)
-    rows = [{"direction": "image->text", "query": name, "rank": int(r)} for name, r in zip(data.names, i2t)]
+    params = dict(data.info)
+    if scorer is None:
+        i2t, t2i = retrieval_ranks(img, txt, data.text_image, chunk=chunk)
+        cos_i2t = cos_t2i = None
+        name = "cosine"
+    else:
+        images, texts = list(data.images), list(data.texts)
+
+        def pair_scores(ii: np.ndarray, tt: np.ndarray) -> np.ndarray:
+            out = []
+            for s in range(0, len(ii), pair_chunk):
+                a, b = ii[s : s + pair_chunk], tt[s : s + pair_chunk]
+                v = scorer(encoder, [images[i] for i in a], [texts[t] for t in b])
+                out.append(v.detach().cpu().double().numpy() if hasattr(v, "detach") else np.asarray(v, float))
+            return np.concatenate(out) if out else np.zeros(0)
+
+        i2t, t2i, n_pairs = reranked_ranks(img, txt, data.text_image, pair_scores, rerank_k=rerank_k, chunk=chunk)
+        cos_i2t, cos_t2i = retrieval_ranks(img, txt, data.text_image, chunk=chunk)
+        name = scorer_name or getattr(scorer, "name", "custom")
+        params.update(first_stage="cosine", rerank_k="all" if rerank_k is None else rerank_k,
+                      n_pairs_scored=n_pairs)
+    rows = [{"direction": "image->text", "query": name_, "rank": int(r)} for name_, r in zip(data.names, i2t)]
     rows += [{"direction": "text->image", "query": t, "image": data.names[o], "rank": int(r)}
              for t, o, r in zip(data.texts, data.text_image, t2i)]
+    if cos_i2t is not None:
+        for row, c in zip(rows, np.concatenate([cos_i2t, cos_t2i])):
+            row["cosine_rank"] = int(c)
     summary = [{"direction": "image->text", "n_queries": len(i2t), "n_gallery": len(data.texts), "unit": "%",
                 **recall_at(i2t)},
                {"direction": "text->image", "n_queries": len(t2i), "n_gallery": len(data.images), "unit": "%",
                 **recall_at(t2i)}]
+    if scorer is not None:
+        for s_ in summary:
+            s_["rerank_k"] = params["rerank_k"]
     bb = encoder.backbone
-    return ProbeResult(suite, bb.spec, bb.identity, "cosine", dict(data.info), seed, source, tuple(rows),
-                       tuple(summary))
+    return ProbeResult(suite, bb.spec, bb.identity, name, params, seed, source, tuple(rows), tuple(summary))

@@ -20,7 +20,7 @@ from capscore.perturb.lgip import lgip_variants
 from capscore.perturb.prmcs import DEFAULT_MASK, DEFAULT_P, PERTURBATIONS, perturb
 from capscore.probes import metrics as M
 from capscore.probes.formats import ProbeItem, SuiteItem
-from capscore.scores.pairs import PairScorer, cosine_pairs, text_text_cosine
+from capscore.scores.pairs import PairScorer, cosine_pairs, get_pair_scorer, text_text_cosine
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,8 @@ def run_suite(encoder: Encoder, items: Sequence[SuiteItem], *, suite: str, score
 
 
 # ============================================================================ PR-MCS perturbations
-def run_perturb(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairScorer = cosine_pairs,
-                scorer_name: str = "cosine", kinds: Sequence[str] = PERTURBATIONS, p: float = DEFAULT_P,
+def run_perturb(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairScorer | None = None,
+                scorer_name: str | None = None, kinds: Sequence[str] = PERTURBATIONS, p: float = DEFAULT_P,
                 seed: int = 0, mask: str = DEFAULT_MASK, source: str = "", suite: str = "perturb",
                 **perturb_options) -> ProbeResult:
     """Robustness to PR-MCS perturbations, per language (item ``lang``) and perturbation.
@@ -143,12 +143,19 @@ def run_perturb(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairSco
       score an empty string) are counted in ``n_not_perturbable`` with their reasons and
       left out of every mean of that kind.
 
-    The score is the pair scorer's (cosine by default). PR-MCS scores with
-    MCS = 2.5 * max(0, cos), whose percentage equals the cosine's when no cosine is
-    negative (the factor 2.5 cancels).
+    The score is the pair scorer's; by default (``scorer=None``) MCS = 2.5 * max(0, cos),
+    the metric PR-MCS's tables score with (§3.1; ``get_pair_scorer("mcs")``), so every
+    mean and percentage above is on the clamped score, as in Tables 2 and 7. It differs
+    from the raw cosine's exactly where a perturbed caption's cosine drops below 0: the
+    clamp stops it at 0, so a drop never passes -100 % (Table 7's masking row, 0.0112
+    after clamping); on the cosine it can. Any pair scorer can be passed (``cosine``,
+    ``clip-s``, ``pac-s``, ``abe``, see :func:`capscore.scores.pairs.get_pair_scorer`).
     """
-    per = [[perturb(it.caption, k, p=p, seed=seed, mask=mask, objects=it.objects, **perturb_options) for k in kinds]
-           for it in items]
+    if scorer is None:
+        scorer, scorer_name = get_pair_scorer("mcs"), scorer_name or "mcs"
+    scorer_name = scorer_name or getattr(scorer, "name", "custom")
+    per = [[perturb(it.caption, k, p=p, seed=seed, mask=mask, objects=it.objects, lang=it.lang, **perturb_options)
+            for k in kinds] for it in items]
     imgs = [it.image for it in items]
     texts = [it.caption for it in items]
     for it, ps in zip(items, per):
@@ -279,8 +286,16 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     at the same position (k+1) of one other caption drawn with that generator -- the
     reference evaluation's rule; a step the other caption is too short for has no
     wrong unit (counted as invalid). ``variant="reference"`` also applies
-    :func:`capscore.probes.metrics.reference_chain` (last step dropped, score <= 0 is
-    padding, K >= 4). ``units`` overrides segmentation (scenes give exact units).
+    :func:`capscore.probes.metrics.reference_chain` (chain length = the number of positive
+    scores, as the reference ``compute_increments``; last step dropped; K >= 4). ``units``
+    overrides segmentation (scenes give exact units).
+
+    The score θ is the pair scorer's: cosine by default, as §3.2 defines θ ("the cosine
+    similarity between the representations of image and text"). The SPECS *metric* is "a
+    version of CLIP-Score" (§4.4); with ``scorer=get_pair_scorer("clip-s")`` every prefix is
+    scored as CLIP-S, by default with CLIPScore's "A photo depicts " prepended (its reference
+    code's prompt; the SPECS paper names no prompt) -- ``get_pair_scorer("clip-s", prefix="")``
+    (``probe --prefix ""``) scores the plain text.
     """
     from capscore.probes.segment import detail_units
 

@@ -6,11 +6,12 @@ Built on the public API of :mod:`capscore.scenes` (``generate_scenes``, ``Scene.
 =====================  ===================================================================
 scenes-flips           image-to-text accuracy, correct caption vs. its twin with one
                        controlled error, one subset per error kind (color, count, relation, ...)
-scenes-lgip            LGIP on short captions; flip lists = the scenes' color and shape words
+scenes-lgip            LGIP on short captions; flip lists = the scenes' color and shape words and
+                       the count words "two".."six" (LGIP Table 2's obj / col / cnt columns)
 scenes-specificity     SPECS SR_pos / SR_neg over the scene's exact detail units; the wrong
                        unit at each step is a detail unit of another scene that the oracle
                        finds entirely false (precision 0) for this scene
-scenes-perturb         PR-MCS perturbations; critical objects = the scene's shape words
+scenes-perturb         PR-MCS perturbations; critical objects = the shape words of the caption
 scenes-retrieval       image<->text R@1/5/10 over held-out scenes, 5 captions each (the short
                        caption + 4 paraphrases), as Flickr30K / MSCOCO retrieval
 scenes-zeroshot        zero-shot shape (6 classes) and colour (8 classes) of single-object scenes
@@ -24,6 +25,7 @@ the train split is probed on held-out compositions.
 from __future__ import annotations
 
 import random
+import re
 import zlib
 
 import numpy as np
@@ -74,10 +76,22 @@ def specificity_inputs(scenes, *, seed: int = 0) -> tuple[list[ProbeItem], list[
 
 
 def _lgip_lists():
+    """Flip lists of the scenes LGIP suite: the scenes' colour, shape and count words.
+
+    Counts are the lexicon's number words for 2..MAX_OBJECTS, the only counts a short caption
+    writes as a word ("four large pink diamonds"); a single object reads "a ...", which is not
+    flipped (a count flip there would need the noun re-inflected). Any other count is false for
+    the scene, so every count flip is a semantic flip, as LGIP's number-word flips (§3.2).
+    """
     from capscore.scenes import COLOR_NAMES, SHAPES
+    from capscore.scenes.lexicon import English
+    from capscore.scenes.vocab import MAX_OBJECTS
 
     colors = list(COLOR_NAMES.values()) if isinstance(COLOR_NAMES, dict) else list(COLOR_NAMES)
-    return {"color": [c for c in colors if isinstance(c, str)], "object": list(SHAPES)}
+    counts = [English.numbers[n] for n in range(2, MAX_OBJECTS + 1)]
+    # count last: each caption's generator draws color, object, count in this order, so adding the count
+    # list left the colour and shape flips (and their published numbers) as they were
+    return {"color": [c for c in colors if isinstance(c, str)], "object": list(SHAPES), "count": counts}
 
 
 def run_scenes_flips(encoder, *, args, **common):
@@ -98,11 +112,21 @@ def run_scenes_specificity(encoder, *, args, **common):
                              variant=getattr(args, "sr_variant", "capscore"), **common)
 
 
-def run_scenes_perturb(encoder, *, args, **common):
+def shape_objects(caption: str) -> tuple[str, ...]:
+    """A scene caption's critical objects for PR-MCS substitution: the shape words it writes (singular,
+    whole words), distinct, in order of appearance -- the list Algorithm 1 shuffles."""
     from capscore.scenes import SHAPES
 
+    found = re.findall(r"\b(" + "|".join(map(re.escape, SHAPES)) + r")\b", caption)
+    return tuple(dict.fromkeys(found))
+
+
+def run_scenes_perturb(encoder, *, args, **common):
     scenes = _scenes(args.n_scenes, args.seed, encoder)
-    items = [ProbeItem(s.id, s.render(), s.short_caption(), f"scene {s.id}", tuple(SHAPES)) for s in scenes]
+    items = []
+    for s in scenes:
+        cap = s.short_caption()
+        items.append(ProbeItem(s.id, s.render(), cap, f"scene {s.id}", shape_objects(cap), lang="en"))
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     return R.run_perturb(encoder, items, kinds=kinds, p=args.p, seed=args.seed, mask=args.mask,
                          removal=getattr(args, "removal", "keep-drawn"),
@@ -175,8 +199,14 @@ ZEROSHOT_SPLIT = "all"  # unseen images; shape and colour drawn independently (h
 def run_scenes_retrieval(encoder, *, args, **common):
     from capscore.probes.retrieval import run_retrieval
 
+    from capscore.probes.retrieval import RERANK_K
+
+    ranking = {}
+    if common.get("scorer_name", "cosine") != "cosine":  # ABE-CLIP Table 2: re-rank cosine's top k (or all)
+        ranking = {"scorer": common["scorer"], "scorer_name": common["scorer_name"],
+                   "rerank_k": getattr(args, "rerank", RERANK_K)}
     return run_retrieval(encoder, retrieval_set(_scenes(args.n_scenes, args.seed, encoder)), suite="scenes-retrieval",
-                         source=common.get("source", ""), seed=args.seed)
+                         source=common.get("source", ""), seed=args.seed, **ranking)
 
 
 def run_scenes_zeroshot(encoder, *, args, **common):

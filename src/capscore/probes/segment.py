@@ -42,8 +42,14 @@ wrong ones):
    preceding unit holds fewer than ``max_attached_pps`` (1) of them, so a chain
    of PPs ends a unit where attachment becomes ambiguous. This is our reading
    of the paper's example "A front view of a statue on cement | in a park.";
-3. a leading prepositional phrase is not split from what follows unless it
-   contains a verb.
+3. a segment led by a prepositional phrase is not split from what follows
+   unless it contains a verb (App. A / §4.2: "segments which start with a
+   prepositional phrase", e.g. "To the left of the car | there is a box") --
+   sentence-initially and anywhere else. A PP-led segment mid-sentence is one
+   that rule 2 left unattached (the cap); rule 3 runs after rule 2 there, so a PP
+   first attaches backwards to the noun phrase it modifies and only a PP that
+   stays on its own joins the context that follows (repeatedly, until the merged
+   unit contains a verb or nothing follows).
 
 Units with no content word (noun, verb, adjective, number, pronoun) are merged
 into their neighbour. Each unit is a span of the original caption, so prefixes
@@ -207,6 +213,13 @@ def _segment_sentence(toks, max_attached_pps: int, grammar: str = "capscore") ->
                     segs[i - 1].pps += 1
                 merge(i - 1)
                 continue
+        i += 1
+    # Rule 3 beyond the sentence start: a PP-led unit rule 2 left on its own joins what follows.
+    i = 1
+    while i < len(segs) - 1:
+        if is_pp(segs[i]) and not segs[i].has_verb:
+            merge(i)
+            continue
         i += 1
     # Units without a content word (punctuation, a lone conjunction) join a neighbour.
     i = 0

@@ -1,4 +1,4 @@
-"""Reports: per-item result writers (with resume) and, later, tables and plots."""
+"""Reports: per-item result writers (with resume), the bounded readers of every capscore output, the HTML page."""
 from capscore.report.writers import COLUMNS, open_writer, read_rows
 
 __all__ = ["COLUMNS", "open_writer", "read_rows"]

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from capscore.errors import CapscoreError
-from capscore.report.runs import CorrelateRun, ProbeRun, Runs, ScoreRun, discover, finite
+from capscore.errors import CapscoreError, param_error
+from capscore.report.rows import DEFAULT_LIMITS, Limits
+from capscore.report.runs import CorrelateRun, ProbeRun, Runs, discover, finite
 
 MAX_SYSTEMS_PLOTTED = 12
 MAX_SCATTER_PANELS = 9
@@ -71,7 +72,8 @@ def figure(width: float, height: float):
     try:  # lazy: only `capscore report` (and explain) need matplotlib
         from matplotlib.figure import Figure
     except ImportError:
-        raise CapscoreError("capscore report draws its plots with matplotlib; pip install matplotlib") from None
+        raise CapscoreError("capscore report draws its plots with matplotlib; "
+                            "pip install 'capscore[report]' (or matplotlib)") from None
 
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
@@ -97,56 +99,81 @@ def _src(*paths: Path | None) -> str:
 
 
 # ====================================================================================== sections
+PART_NAMES = {"image_score": "image part", "ref_score": "reference part", "coarse": "coarse", "fine_p": "fine P",
+              "fine_r": "fine R", "fine_f": "fine F", "ref_coarse": "ref coarse", "ref_fine_f": "ref fine F"}
+
+
 def section_scores(runs: Runs) -> str:
-    """Score distributions per system: histogram + box plot, per-system statistics, extremes."""
+    """Score distributions: one per (model, metric, system) — a table, histograms and box plots, extremes."""
     parts = []
     for r in runs.scores:
         s = r.summary
-        head = (f"{s.get('metric', '?')} with {s.get('model', '?')} — {s.get('count', '?')} scored, "
-                f"{s.get('skipped', 0)} skipped, status {s.get('status', '?')}")
-        parts.append(f"<h3>{esc(r.rows_path.name if r.rows_path else r.summary_path.name)}</h3><p>{esc(head)}</p>")
-        if s.get("status") != "complete":
+        status = s.get("status") if r.summary_path else None
+        what = (f"{r.kind}; {r.n_rows} rows" + (f"; status {status}" if status is not None else "")
+                + (f"; engine {s.get('engine')}" if s.get("engine") else ""))
+        parts.append(f"<h3>{esc(r.name)}</h3><p>{esc(what)}</p>")
+        if r.summary_path is None:
+            parts.append(_note("no summary beside these rows: model and metric are the rows' own"))
+        elif status != "complete":
             parts.append(_note("this run had not finished when the report was made; its rows so far are shown"))
-        if not r.scores:
-            parts.append(_note("no scored rows" + ("" if r.rows_path else " (the rows file is missing)")))
-        else:
-            stats_rows = []
-            for system, xs in sorted(r.scores.items()):
-                stats_rows.append((system or "(none)", len(xs), statistics.fmean(xs), statistics.median(xs),
-                                   statistics.pstdev(xs), min(xs), max(xs)))
-            parts.append(table(["system", "n", "mean", "median", "std", "min", "max"], stats_rows))
-            parts.append(_score_plot(r))
-            ex = [("lowest", *x) for x in r.lowest] + [("highest", *x) for x in r.highest]
-            parts.append("<details><summary>lowest and highest scored captions</summary>"
-                         + table(["", "score", "system", "id", "caption"], ex, cls="text") + "</details>")
+        if not r.rows_paths:
+            parts.append(_note("no scored rows (the rows file is missing)"))
+        for b in r.blocks.values():
+            parts.append(_score_block(b))
         if r.n_errors:
-            parts.append(f"<p>{esc(r.n_errors)} error rows; first:</p>"
-                         + table(["id", "error"], r.errors, cls="text"))
-        parts.append(_src(r.summary_path, r.rows_path))
+            parts.append(f"<p>{esc(r.n_errors)} rows without a score; first:</p>"
+                         + table(["row", "id", "error"], r.errors, cls="text"))
+        parts.append(_src(r.summary_path, *r.rows_paths[:5])
+                     + (_note(f"and {len(r.rows_paths) - 5} more row files") if len(r.rows_paths) > 5 else ""))
     return "".join(parts)
 
 
-def _score_plot(r: ScoreRun) -> str:
-    systems = sorted(r.scores, key=lambda k: -len(r.scores[k]))[:MAX_SYSTEMS_PLOTTED]
+def _score_block(b) -> str:
+    import numpy as np
+
+    out = [f"<h4>{esc(b.title)} — {b.n_scored} scored"
+           + (f", {b.n_unscored} without a score" if b.n_unscored else "") + "</h4>"]
+    if not b.systems:
+        return out[0] + _note("no scored rows")
+    extra = b.parts
+    stats_rows = []
+    for system, d in sorted(b.systems.items()):
+        x = np.frombuffer(d.scores, dtype=np.float64)
+        stats_rows.append([system or "(none)", len(x), float(x.mean()), float(np.median(x)), float(x.std()),
+                           float(x.min()), float(x.max())]
+                          + [d.parts[c][0] / d.parts[c][1] if c in d.parts else None for c in extra])
+    out.append(table(["system", "n", "mean", "median", "std", "min", "max"]
+                     + [f"mean {PART_NAMES.get(c, c)}" for c in extra], stats_rows))
+    out.append(_score_plot(b))
+    ex = [("lowest", *x) for x in b.lowest] + [("highest", *x) for x in b.highest]
+    out.append("<details><summary>lowest and highest scored captions</summary>"
+               + table(["", "score", "system", "id", "caption"], ex, cls="text") + "</details>")
+    return "".join(out)
+
+
+def _score_plot(b) -> str:
+    scores = {k: d.scores for k, d in b.systems.items()}
+    systems = sorted(scores, key=lambda k: -len(scores[k]))[:MAX_SYSTEMS_PLOTTED]
     fig = figure(10, 3.6)
     ax_h, ax_b = fig.subplots(1, 2, width_ratios=(3, 2))
-    lo = min(min(r.scores[s]) for s in systems)
-    hi = max(max(r.scores[s]) for s in systems)
+    lo = min(min(scores[s]) for s in systems)
+    hi = max(max(scores[s]) for s in systems)
     bins = 30 if hi > lo else 1
     for i, sys_ in enumerate(systems):
-        ax_h.hist(r.scores[sys_], bins=bins, range=(lo, hi if hi > lo else lo + 1e-6), histtype="step",
+        ax_h.hist(scores[sys_], bins=bins, range=(lo, hi if hi > lo else lo + 1e-6), histtype="step",
                   linewidth=1.6, color=PALETTE[i % len(PALETTE)], label=_label(sys_ or "(none)"))
-    ax_h.set_xlabel(_label(r.summary.get("metric", "score")))
+    ax_h.set_title(_label(b.title, 80), fontsize=10)
+    ax_h.set_xlabel(_label(b.metric or "score"))
     ax_h.set_ylabel("captions")
     ax_h.legend(fontsize=8)
     try:
-        ax_b.boxplot([r.scores[s] for s in systems], orientation="horizontal")
+        ax_b.boxplot([scores[s] for s in systems], orientation="horizontal")
     except TypeError:  # matplotlib < 3.10
-        ax_b.boxplot([r.scores[s] for s in systems], vert=False)
+        ax_b.boxplot([scores[s] for s in systems], vert=False)
     ax_b.set_yticks(range(1, len(systems) + 1), [_label(s or "(none)", 20) for s in systems], fontsize=8)
-    ax_b.set_xlabel(_label(r.summary.get("metric", "score")))
-    note = "" if len(r.scores) <= MAX_SYSTEMS_PLOTTED else f" ({MAX_SYSTEMS_PLOTTED} largest systems plotted)"
-    return img(fig, "score distribution per system" + note)
+    ax_b.set_xlabel(_label(b.metric or "score"))
+    note = "" if len(scores) <= MAX_SYSTEMS_PLOTTED else f" ({MAX_SYSTEMS_PLOTTED} largest systems plotted)"
+    return img(fig, f"score distribution per system: {b.title}" + note)
 
 
 def _probes_where(runs: Runs, key: str) -> list[ProbeRun]:
@@ -484,7 +511,7 @@ def section_explain(runs: Runs) -> str:
 
 
 SECTIONS = (  # (id, heading, function, present?)
-    ("scores", "Score distributions per system", section_scores, lambda r: bool(r.scores)),
+    ("scores", "Score distributions per model, metric and system", section_scores, lambda r: bool(r.scores)),
     ("lgip", "LGIP: invariance and sensitivity", section_lgip, lambda r: bool(_probes_where(r, "invariance_error"))),
     ("perturb", "PR-MCS: score change under perturbations", section_perturb,
      lambda r: bool(_probes_where(r, "robust_rate"))),
@@ -528,12 +555,17 @@ def render(runs: Runs, *, title: str = "capscore report") -> str:
             f"<main><nav>{nav}</nav>\n{body}</main></body></html>\n")
 
 
-def write_report(paths: Sequence[str | Path], out: str | Path, *, title: str = "capscore report") -> tuple[Path, Runs]:
-    """Discover the runs under ``paths``, render the page and write it to ``out`` (atomically)."""
+def write_report(paths: Sequence[str | Path], out: str | Path, *, title: str = "capscore report",
+                 limits: Limits = DEFAULT_LIMITS) -> tuple[Path, Runs]:
+    """Discover the runs under ``paths``, render the page and write it to ``out`` (atomically).
+
+    ``limits`` bounds what is read (:class:`capscore.report.rows.Limits`); every refusal is an
+    :class:`~capscore.errors.InputError` naming the file (and row).
+    """
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
-        raise CapscoreError(f"--out must be an .html file; got {str(out)!r}")
-    runs = discover(paths)
+        raise param_error("out", "write_report", "a path ending in .html or .htm", str(out))
+    runs = discover(paths, limits=limits)
     page = render(runs, title=title)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")

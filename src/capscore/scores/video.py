@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # torch and the engine load where a formula runs: the registr
     import torch
 
     from capscore.embed.engine import Encoder, TokenFeatures
+    from capscore.scores.metric import Values
 
 
 @dataclass(frozen=True)
