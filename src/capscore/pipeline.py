@@ -25,6 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -359,10 +360,11 @@ class _Runner:
         if idf is not None:
             options["idf"] = idf
         tag = {"model": model, "metric": name}
-        for chunk in _chunks(items, self.job.chunk_size):
+        corpus = "corpus" in metric.needs(self.job.medium)  # CIDEr: its IDF comes from the whole evaluated set
+        for chunk in _chunks(items, sys.maxsize if corpus else self.job.chunk_size):
             self._warn_ignored_refs(metric, chunk)
             rows, fatal = [], None
-            for part in _chunks(iter(chunk), enc.batch_size):  # progress per batch; rows per chunk
+            for part in _chunks(iter(chunk), len(chunk) if corpus else enc.batch_size):  # progress per batch
                 got, fatal = score_block(part, enc, metric, medium=self.job.medium, prefix=self.prefixes[name],
                                          options=options, skip_bad=self.job.skip_bad)
                 rows += [r | tag for r in got]

@@ -38,6 +38,11 @@ def configure(p) -> None:
     from capscore.scores.metric import metric_names
 
     add_metric(p, metric_names())  # a video metric on a video dataset, an image metric on an image dataset
+    p.add_argument("--tokenizer", choices=("ptb", "simple"), default="ptb",
+                   help="classic metrics (bleu1-4, meteor, rouge-l, cider, spice; no --model needed for them): "
+                        "ptb = COCO's PTB tokenizer (needs Java; default), simple = a Java-free approximation")
+    p.add_argument("--alpha", type=float, default=0.05,
+                   help="significance level of the cluster of metrics not different from the best (default 0.05)")
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")
     p.add_argument("--scores", metavar="FILE", help="external scores (JSONL/CSV/Parquet with id and score)")
     p.add_argument("--human", metavar="FILE", help="human scores (JSONL/CSV with id and score) for --scores")
@@ -138,14 +143,53 @@ def run(args) -> int:
     else:
         if not args.dataset:
             raise CapscoreError("give --dataset NAME (see `capscore correlate -h`) or --scores FILE")
-        if not args.model:
+        from capscore.meta.evaluate import text_only
+        from capscore.scores.metric import get_metric
+
+        if not args.model and not all(text_only(get_metric(m)) for m in args.metric):
             raise CapscoreError("give --model M [M2 ...] (e.g. ViT-B-32/openai), or --scores FILE")
-        results = _score_and_correlate(args, _load(args), common)
+        if not 0 < args.alpha < 1:
+            raise CapscoreError(f"--alpha must be in (0, 1); got {args.alpha}")
+        ds = _load(args)
+        results = _score_and_correlate(args, ds, common)
+        significance = _significance(results, ds, args) if args.bootstrap else None
+        print(format_table(results))
+        if significance is not None:
+            from capscore.meta.significance import format_comparison
+
+            print(format_comparison(significance))
+        if args.out:
+            json_path, csv_path = write_results(results, args.out, significance=significance)
+            print(f"wrote {json_path} and {csv_path}")
+        return 0
     print(format_table(results))
     if args.out:
         json_path, csv_path = write_results(results, args.out)
         print(f"wrote {json_path} and {csv_path}")
     return 0
+
+
+def _significance(results, ds, args):
+    """Williams and τ-bootstrap p-values between every pair of metric rows of a rating dataset (on the items
+    every row scored), and the cluster not significantly different from the best; ``None`` with < 2 rows."""
+    from capscore.meta.significance import compare_metrics
+
+    rows = [r for r in results if r.items]
+    if len(rows) < 2:
+        return None
+    several = len({r.backbone for r in rows if r.backbone}) > 1
+    names = [r.metric if not (several and r.backbone) else f"{r.metric} ({r.backbone})" for r in rows]
+    common = set.intersection(*({i for i, _, _ in r.items} for r in rows))
+    order = [i for i, _, _ in rows[0].items if i in common]
+    if len(order) < 4:
+        return None
+    human = {i: h for i, _, h in rows[0].items}
+    groups = {it.record.id: it.group for it in getattr(ds, "items", ()) if hasattr(it, "group")}
+    scores = {n: [dict((i, s) for i, s, _ in r.items)[i] for i in order] for n, r in zip(names, rows)}
+    cols = [c for c in rows[0].params.get("columns", ()) if c in ("tau_b", "tau_c")] or ["tau_c"]
+    return compare_metrics(scores, [human[i] for i in order], kind=cols[0],
+                           clusters=[groups.get(i, i) for i in order], n_resamples=args.bootstrap, seed=args.seed,
+                           alpha=args.alpha)
 
 
 def _score_and_correlate(args, ds, common):
@@ -154,7 +198,7 @@ def _score_and_correlate(args, ds, common):
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import MemoryCache
     from capscore.engines.ray import make_encoder
-    from capscore.meta.evaluate import evaluate
+    from capscore.meta.evaluate import evaluate, text_only
     from capscore.pipeline import check_fit
     from capscore.scores.metric import get_metric
 
@@ -162,8 +206,15 @@ def _score_and_correlate(args, ds, common):
     for m in metrics:
         if "image" not in m.media:
             raise CapscoreError(f"--metric {m.name} scores videos; {args.dataset} is an image dataset")
-    cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
     results = []
+    for m in [m for m in metrics if text_only(m)]:  # the classic metrics read text only: scored once
+        results.append(evaluate(ds, None, m, columns=args.stats, ties=args.ties, ref_sample=args.ref_sample or None,
+                                ref_draws=args.ref_draws, skip_bad=args.skip_bad,
+                                options={"tokenizer": args.tokenizer}, **common))
+    metrics = [m for m in metrics if not text_only(m)]
+    if not metrics:
+        return results
+    cache = MemoryCache() if args.no_cache else EmbeddingCache(args.cache_dir)
     for spec in args.model:
         backbone = load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed)
         ds = _drawn_for(backbone, ds, lambda size: _load(args, size=size))
@@ -224,11 +275,14 @@ def format_table(results) -> str:
     return "\n".join(lines)
 
 
-def write_results(results, out) -> tuple[Path, Path]:
+def write_results(results, out, *, significance=None) -> tuple[Path, Path]:
     out = output_dir(out)
     json_path, csv_path = out / "correlate.json", out / "correlate.csv"
     with open(json_path, "w", encoding="utf-8") as f:
-        json.dump({"results": [r.as_dict() for r in results]}, f, indent=2, default=str)
+        doc = {"results": [r.as_dict() for r in results]}
+        if significance is not None:
+            doc["significance"] = significance.as_dict()
+        json.dump(doc, f, indent=2, default=str)
     cols = _columns(results)
     with open(csv_path, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)

@@ -57,6 +57,9 @@ class CaptionScore(Metric):
         from capscore.scores.metric import get_metric
 
         get_metric(metric).formula("image")  # an unknown name, or a video-only metric, fails here
+        if "corpus" in get_metric(metric).needs("image"):  # a running mean of per-update values would be wrong
+            raise CapscoreError(f"CaptionScore keeps a running mean; {metric}'s values depend on the whole evaluated "
+                                "set (CIDEr's IDF), so score the set at once with capscore.score")
         self.model_spec = model
         self.metric_name = metric
         self.prefix = resolve_prefix(metric, prefix)

@@ -78,10 +78,45 @@ class CorrelationResult:
 
 
 # ------------------------------------------------------------------------------------ scoring
-def score_many(records: Iterable[Record], encoder: Encoder, metric: Metric, *, prefix: str | None,
+VECTOR_NEEDS = frozenset({"global", "tokens", "patches", "frames"})
+
+
+def text_only(metric: Metric) -> bool:
+    """A metric that reads only the text (the classic reference metrics): it needs no backbone."""
+    return not (metric.needs("image") & VECTOR_NEEDS)
+
+
+def _score_text_only(records: Iterable[Record], metric: Metric, *, skip_bad: bool, skipped: dict[str, int],
+                     options: Mapping | None) -> dict[str, float]:
+    """id -> score of a text-only metric, every record in one batch (CIDEr's IDF comes from the whole
+    evaluated set, as its reference code computes it); records it cannot score are counted or raised."""
+    from capscore.pipeline import validate
+    from capscore.scores.metric import EmbeddingBatch
+
+    recs = []
+    for r in records:
+        err = validate(r, metric)
+        if err is not None:
+            if not skip_bad and not (metric.needs_refs and not r.refs):
+                raise err
+            why = "no references" if metric.needs_refs and not r.refs else err.what
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
+        recs.append(r)
+    if not recs:
+        return {}
+    values = metric.compute(EmbeddingBatch(None, recs, "", "image", dict(options or {})))
+    return {r.id: float(v) for r, v in zip(recs, values.scores) if v is not None and math.isfinite(v)}
+
+
+def score_many(records: Iterable[Record], encoder: Encoder | None, metric: Metric, *, prefix: str | None,
                skip_bad: bool, skipped: dict[str, int], options: Mapping | None = None) -> dict[str, float]:
     """id -> score for every record that could be scored; failures are counted in ``skipped``
-    (with ``skip_bad``) or raised (without)."""
+    (with ``skip_bad``) or raised (without). A :func:`text_only` metric takes ``encoder=None`` and scores
+    the whole set at once (a reference-free record is counted as skipped for it, not raised: a dataset
+    may mix items with and without references)."""
+    if text_only(metric):
+        return _score_text_only(records, metric, skip_bad=skip_bad, skipped=skipped, options=options)
     out: dict[str, float] = {}
     for row in score_all(records, encoder, metric, prefix=prefix, options=options, skip_bad=skip_bad):
         if row["score"] is None or not math.isfinite(row["score"]):
@@ -129,20 +164,22 @@ def rating_stats(metric, human, columns: Sequence[str], *, groups: Sequence[str]
 
 def evaluate_ratings(ds: RatingSet, encoder: Encoder, metric: str | Metric, *,
                      columns: Sequence[str] | None = None, prefix: str | None = None, n_resamples: int = 1000,
-                     seed: int = 0, confidence: float = 0.95, skip_bad: bool = False) -> CorrelationResult:
-    """Score every rated caption and correlate with the human scores."""
+                     seed: int = 0, confidence: float = 0.95, skip_bad: bool = False,
+                     options: Mapping | None = None) -> CorrelationResult:
+    """Score every rated caption and correlate with the human scores. ``options``: the metric's formula
+    options (e.g. ``{"tokenizer": "simple"}`` for the classic metrics)."""
     spec = get_metric(metric) if isinstance(metric, str) else metric
     columns = tuple(columns or _spec(ds.name).columns)
     skipped = dict(ds.skipped)
     scores = score_many((it.record for it in ds.items), encoder, spec, prefix=prefix, skip_bad=skip_bad,
-                        skipped=skipped)
+                        skipped=skipped, options=options)
     kept = [it for it in ds.items if it.record.id in scores]
     x = [scores[it.record.id] for it in kept]
     stats = rating_stats(x, [it.human for it in kept], columns, groups=[it.group for it in kept],
                          systems=[it.record.system for it in kept], langs=[it.lang for it in kept],
                          n_resamples=n_resamples, seed=seed, confidence=confidence)
     res = _result(ds, spec, encoder, prefix, len(kept), stats, skipped, seed, n_resamples,
-                  {"columns": list(columns), "confidence": confidence})
+                  {"columns": list(columns), "confidence": confidence, **dict(options or {})})
     return replace(res, items=tuple((it.record.id, s, it.human) for it, s in zip(kept, x)))
 
 
@@ -166,7 +203,7 @@ def _outcomes(ds: PairSet, scores: Mapping[str, float], ties: str) -> tuple[np.n
 def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | Metric, *, prefix: str | None = None,
                    ties: str | None = None, ref_sample: int | None = 5, ref_draws: int = 5,
                    n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95,
-                   skip_bad: bool = False) -> CorrelationResult:
+                   skip_bad: bool = False, options: Mapping | None = None) -> CorrelationResult:
     """Pairwise accuracy: Pascal-50S per category (+ mean) or FOIL in the 1-ref and 4-ref settings.
 
     Pascal-50S with a reference-based metric: ``ref_sample`` of the 48 references are drawn
@@ -182,7 +219,7 @@ def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | Metric, *, prefi
     ties = ties or dspec.ties
     skipped = dict(ds.skipped)
     kw = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
-    params: dict[str, object] = {"ties": ties, "confidence": confidence}
+    params: dict[str, object] = {"ties": ties, "confidence": confidence, **dict(options or {})}
     stats: list[S.Stat] = []
     if ds.name == "foil":
         settings = [("1-ref", lambda p: p.refs[:1]), ("4-ref", lambda p: p.refs)]
@@ -192,7 +229,8 @@ def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | Metric, *, prefi
             key = name if spec.needs_refs else "any"
             if key not in cache:
                 scores = score_many(_pair_records(ds, refs_of), encoder, spec, prefix=prefix,
-                                    skip_bad=skip_bad, skipped=skipped if key in ("any", "1-ref") else {})
+                                    skip_bad=skip_bad, skipped=skipped if key in ("any", "1-ref") else {},
+                                    options=options)
                 cache[key] = _outcomes(ds, scores, ties)
             out, keep = cache[key]
             n = max(n, len(keep))
@@ -211,7 +249,7 @@ def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | Metric, *, prefi
                                                                     replace=False)))
                      for p in ds.items if p.refs}
             scores = score_many(_pair_records(ds, lambda p: picks.get(p.id, ())), encoder, spec, prefix=prefix,
-                                skip_bad=skip_bad, skipped=skipped if d == 0 else {})
+                                skip_bad=skip_bad, skipped=skipped if d == 0 else {}, options=options)
             out, keep = _outcomes(ds, scores, ties)
             mask = np.zeros(len(ds.items), dtype=bool)
             mask[keep] = True
@@ -222,15 +260,16 @@ def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | Metric, *, prefi
         params.update(ref_sample=ref_sample, ref_draws=ref_draws)
     else:
         scores = score_many(_pair_records(ds, lambda p: p.refs), encoder, spec, prefix=prefix,
-                            skip_bad=skip_bad, skipped=skipped)
+                            skip_bad=skip_bad, skipped=skipped, options=options)
         outcomes, keep = _outcomes(ds, scores, ties)
         params.update(ref_sample=None if spec.needs_refs else "n/a (reference-free metric)")
     stats = S.outcome_stats(outcomes, [cats_all[i] for i in keep], order=order, **kw)
     return _result(ds, spec, encoder, prefix, len(keep), stats, skipped, seed, n_resamples, params)
 
 
-def evaluate(ds: RatingSet | PairSet, encoder: Encoder, metric: str | Metric, **options) -> CorrelationResult:
-    """Dispatch on the dataset kind (see :func:`evaluate_ratings` and :func:`evaluate_pairs`)."""
+def evaluate(ds: RatingSet | PairSet, encoder: Encoder | None, metric: str | Metric, **options) -> CorrelationResult:
+    """Dispatch on the dataset kind (see :func:`evaluate_ratings` and :func:`evaluate_pairs`). A
+    :func:`text_only` metric (the classic ones: BLEU, METEOR, ROUGE-L, CIDEr, SPICE) takes ``encoder=None``."""
     if isinstance(ds, PairSet):
         options.pop("columns", None)
         return evaluate_pairs(ds, encoder, metric, **options)
@@ -247,6 +286,12 @@ def _spec(name: str) -> DatasetSpec:
 
 
 def _result(ds, spec, encoder, prefix, n, stats, skipped, seed, n_resamples, params) -> CorrelationResult:
+    if text_only(spec):
+        describe = getattr(spec.image, "describe", None)
+        return CorrelationResult(
+            dataset=ds.name, source=ds.source, metric=spec.name, backbone="",
+            identity=describe(params) if describe else "text only", prefix="", n=n, stats=tuple(stats),
+            skipped=skipped, seed=seed, n_resamples=n_resamples, params={**dict(ds.params), **params})
     bb = encoder.backbone
     return CorrelationResult(
         dataset=ds.name, source=ds.source, metric=spec.name, backbone=bb.spec, identity=bb.identity,

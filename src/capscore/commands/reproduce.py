@@ -1,0 +1,66 @@
+"""``capscore reproduce``: recompute the papers' headline numbers and compare (see :mod:`capscore.meta.reproduce`).
+
+``capscore reproduce --list`` shows every shipped table with its rows; ``capscore reproduce TABLE --data-root
+DIR --weights-root DIR`` runs each row's protocol on the local files, prints ours | paper | Δ | within
+tolerance, skips rows whose data, weights or tools are absent (one line each) and, with ``--out``, writes
+``reproduce.json``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def configure(p) -> None:
+    from capscore.commands._args import add_device, positive_int
+
+    p.add_argument("table", nargs="?", metavar="TABLE", help="a table name (see --list) or a CSV of the same columns")
+    p.add_argument("--list", action="store_true", help="show every table with its rows, then stop")
+    p.add_argument("--data-root", metavar="DIR", help="datasets in their published layouts (default $CAPSCORE_DATA "
+                                                      "or ~/.cache/capscore/data; see docs/meta.md)")
+    p.add_argument("--weights-root", metavar="DIR", help="weights files (default $CAPSCORE_WEIGHTS or "
+                                                         "~/.cache/capscore/weights; see docs/meta.md)")
+    add_device(p)
+    p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
+    p.add_argument("--seed", type=int, default=0, help="seed (Pascal-50S ties and reference draws; default 0)")
+    p.add_argument("--out", metavar="DIR", help="write reproduce.json here")
+
+
+def _list() -> str:
+    from capscore.meta.reproduce import read_table, table_names
+    from capscore.report.tables import format_table
+
+    parts = []
+    for name in table_names():
+        rows = read_table(name)
+        parts.append(f"{name} ({len(rows)} rows; {rows[0].source})")
+        parts.append(format_table([{"dataset": r.dataset, "metric": r.metric, "backbone": r.backbone,
+                                    "statistic": r.statistic, "paper": f"{r.paper:.1f}", "±": f"{r.tolerance:g}",
+                                    "model": r.model} for r in rows]))
+    return "\n".join(parts)
+
+
+def run(args) -> int:
+    from capscore.commands._args import output_dir
+    from capscore.errors import CapscoreError
+    from capscore.meta.reproduce import default_root, format_results, read_table, run_table
+
+    if args.list:
+        print(_list())
+        return 0
+    if not args.table:
+        raise CapscoreError("give a TABLE (see `capscore reproduce --list`)")
+    rows = read_table(args.table)
+    data_root = Path(args.data_root).expanduser() if args.data_root else default_root("data")
+    weights_root = Path(args.weights_root).expanduser() if args.weights_root else default_root("weights")
+    results = run_table(rows, data_root=data_root, weights_root=weights_root, device=args.device,
+                        batch_size=args.batch_size, seed=args.seed)
+    print(f"{args.table}: data {data_root}, weights {weights_root}")
+    print(format_results(results))
+    if args.out:
+        out = output_dir(args.out) / "reproduce.json"
+        out.write_text(json.dumps({"kind": "reproduce", "table": str(args.table), "data_root": str(data_root),
+                                   "weights_root": str(weights_root), "seed": args.seed,
+                                   "rows": [r.as_dict() for r in results]}, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
+    return 0

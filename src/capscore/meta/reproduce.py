@@ -1,0 +1,247 @@
+"""The papers' headline numbers as data, and the protocol that recomputes each one.
+
+Each file in ``capscore/meta/tables/*.csv`` is one table of one paper; each row one reported number:
+
+===============  ============================================================================================
+``dataset``      a :data:`capscore.meta.datasets.DATASETS` name
+``split``        the split the paper reports (informational; the published files hold only that split)
+``metric``       a CLIP-family metric (``clip-s``, ``refpac-s``, …) or a classic one (``bleu4``, ``cider``, …)
+``backbone``     the paper's name for the backbone/checkpoint (``-`` for the classic metrics)
+``model``        the ``--model`` spec that loads it, with ``{weights}`` for the weights root (``-``: none)
+``statistic``    the column of the result (``tau_b``, ``tau_c``, ``HC`` … ``mean``, ``1-ref``, ``4-ref``)
+``paper``        the number as printed (points)
+``tolerance``    |ours − paper| ≤ tolerance counts as reproduced: capscore's choice, 0.5 for τ (printed to
+                 one decimal, plus tie handling and image decoding differences), 1.0 for accuracies
+                 (Pascal-50S draws 5 of 48 references at random)
+``source``       paper, table, and the text it was read from
+===============  ============================================================================================
+
+The protocol of a row is the one :func:`capscore.meta.evaluate.evaluate` runs for ``capscore correlate
+--dataset D --metric M --model MODEL`` (the dataset's published files under the data root, in the layout of
+:data:`DATA_LAYOUT`), with the reference code's image pipeline (``rgb_order="after-crop"``) and the PTB
+tokenizer for the classic metrics. A row whose files, weights or tools (Java, CoreNLP) are absent is
+skipped with the reason; nothing is downloaded.
+"""
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from capscore.errors import CapscoreError, InputError, unknown_name
+
+TABLES_DIR = Path(__file__).parent / "tables"
+COLUMNS = ("dataset", "split", "metric", "backbone", "model", "statistic", "paper", "tolerance", "source")
+
+#: dataset -> files under the data root: (--path, --images, --coco-captions or None), in the published layouts
+#: (the clipscore/pacscore ``flickr8k`` folder, the Polos/DENEB Composite CSV, the CIDEr release's Pascal-50S
+#: .mat files beside VOC2010 ``JPEGImages/``, FOIL's test JSON and COCO val2014 with its captions file).
+DATA_LAYOUT: dict[str, tuple[str, str, str | None]] = {
+    "flickr8k-expert": ("flickr8k/flickr8k.json", "flickr8k", None),
+    "flickr8k-cf": ("flickr8k/crowdflower_flickr8k.json", "flickr8k", None),
+    "composite": ("composite/composite.csv", "composite", None),
+    "pascal50s": ("pascal50s", "pascal50s", None),
+    "foil": ("foil/foilv1.0_test_2017.json", "coco", "coco/annotations/captions_val2014.json"),
+}
+
+
+def default_root(kind: str) -> Path:
+    """``$CAPSCORE_DATA`` / ``$CAPSCORE_WEIGHTS``, else ``~/.cache/capscore/data`` / ``weights``."""
+    from capscore.embed.cache import DEFAULT_CACHE_DIR
+
+    env = {"data": "CAPSCORE_DATA", "weights": "CAPSCORE_WEIGHTS"}[kind]
+    return Path(os.environ[env]).expanduser() if os.environ.get(env) else DEFAULT_CACHE_DIR / kind
+
+
+@dataclass(frozen=True)
+class PaperRow:
+    dataset: str
+    split: str
+    metric: str
+    backbone: str
+    model: str
+    statistic: str
+    paper: float
+    tolerance: float
+    source: str
+    where: str = ""  # file:line
+
+
+@dataclass(frozen=True)
+class RowResult:
+    row: PaperRow
+    ours: float | None = None
+    skipped: str = ""  # why the row was not run
+
+    @property
+    def delta(self) -> float | None:
+        return None if self.ours is None else self.ours - self.row.paper
+
+    @property
+    def within(self) -> bool | None:
+        return None if self.ours is None else abs(self.ours - self.row.paper) <= self.row.tolerance + 1e-9
+
+    def as_dict(self) -> dict:
+        d = asdict(self.row)
+        d.update(ours=self.ours, delta=self.delta, within_tolerance=self.within, skipped=self.skipped or None)
+        return d
+
+
+# ------------------------------------------------------------------------------------ tables
+def table_names() -> list[str]:
+    return sorted(p.stem for p in TABLES_DIR.glob("*.csv"))
+
+
+def table_path(table: str | os.PathLike) -> Path:
+    """A shipped table's name (``pac-s-flickr8k``) or a CSV file of the same columns."""
+    p = Path(table).expanduser()
+    if p.suffix.lower() == ".csv":
+        if not p.is_file():
+            raise InputError(str(p), "table file not found")
+        return p
+    if str(table) not in table_names():
+        raise unknown_name("reproduction table", str(table), table_names())
+    return TABLES_DIR / f"{table}.csv"
+
+
+def read_table(table: str | os.PathLike) -> list[PaperRow]:
+    from capscore.meta.datasets import DATASETS, _number
+
+    path = table_path(table)
+    rows = []
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) != COLUMNS:
+            raise InputError(f"{path}:1", "wrong header", expected=",".join(COLUMNS), got=reader.fieldnames)
+        for i, r in enumerate(reader, 2):
+            where = f"{path}:{i}"
+            if r["dataset"] not in DATASETS:
+                raise InputError(where, f"unknown dataset {r['dataset']!r}")
+            rows.append(PaperRow(r["dataset"], r["split"], r["metric"], r["backbone"], r["model"], r["statistic"],
+                                 _number(r["paper"], where, "'paper'"), _number(r["tolerance"], where, "'tolerance'"),
+                                 r["source"], where))
+    if not rows:
+        raise InputError(str(path), "the table has no rows")
+    return rows
+
+
+# ------------------------------------------------------------------------------------ what is present
+def data_files(dataset: str, data_root: Path) -> tuple[Path, Path, Path | None]:
+    if dataset not in DATA_LAYOUT:
+        raise CapscoreError(f"no published layout is known for dataset {dataset!r} (known: {', '.join(DATA_LAYOUT)})")
+    path, images, coco = DATA_LAYOUT[dataset]
+    return data_root / path, data_root / images, (data_root / coco if coco else None)
+
+
+def missing_data(dataset: str, data_root: Path) -> str:
+    """'' when the dataset's files are under ``data_root``, else what is missing."""
+    path, images, coco = data_files(dataset, data_root)
+    for p in (path, coco, images):
+        if p is not None and not p.exists():
+            return f"data not found: {p}"
+    return ""
+
+
+def weights_file(model: str, weights_root: Path) -> Path | None:
+    """The weights file a model template names (``{weights}/…`` up to ``#``), or None if it names none."""
+    if "{weights}" not in model:
+        return None
+    rest = model.split("{weights}", 1)[1].split("#", 1)[0]
+    return weights_root / rest.lstrip("/")
+
+
+def model_spec(model: str, weights_root: Path) -> str:
+    return model.replace("{weights}", str(weights_root))
+
+
+def missing_tools(metric: str) -> str:
+    from capscore.scores.classic import CLASSIC_METRICS, corenlp_dir, java
+
+    if metric not in CLASSIC_METRICS:
+        return ""
+    try:
+        import pycocoevalcap  # noqa: F401
+    except ImportError:
+        return "pycocoevalcap not installed (pip install 'capscore[classic]')"
+    if java() is None:
+        return "Java not found (PTB tokenizer, METEOR, SPICE)"
+    if metric == "spice" and corenlp_dir() is None:
+        return "Stanford CoreNLP 3.6.0 jars not found (see capscore doctor)"
+    return ""
+
+
+# ------------------------------------------------------------------------------------ running
+def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str = "cpu", batch_size: int = 64,
+              seed: int = 0, model_override: Mapping[str, str] | None = None, cache=None) -> list[RowResult]:
+    """Recompute every row that can be run; skip the others with the reason.
+
+    ``model_override``: model template -> spec to use instead (tests run the protocols with small random
+    weights this way). ``cache``: an embedding cache (default: in memory).
+    """
+    from capscore.backbones import load_backbone
+    from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.meta.datasets import load_dataset
+    from capscore.meta.evaluate import evaluate
+
+    data_root, weights_root = Path(data_root).expanduser(), Path(weights_root).expanduser()
+    cache = cache if cache is not None else MemoryCache()
+    override = dict(model_override or {})
+    out: list[RowResult | None] = [None] * len(rows)
+    datasets: dict[str, object] = {}
+    results: dict[tuple[str, str, str], object] = {}
+    encoders: dict[str, object] = {}
+    for i, row in enumerate(rows):
+        why = missing_data(row.dataset, data_root) or missing_tools(row.metric)
+        if not why and row.model != "-" and row.model not in override:
+            wf = weights_file(row.model, weights_root)
+            if wf is not None and not wf.is_file():
+                why = f"weights not found: {wf}"
+        if why:
+            out[i] = RowResult(row, skipped=why)
+            continue
+        if row.dataset not in datasets:
+            path, images, coco = data_files(row.dataset, data_root)
+            datasets[row.dataset] = load_dataset(row.dataset, path, images, seed=seed, coco_captions=coco)
+        key = (row.dataset, row.model, row.metric)
+        if key not in results:
+            encoder = None
+            if row.model != "-":
+                spec = override.get(row.model) or model_spec(row.model, weights_root)
+                if spec not in encoders:
+                    bb = load_backbone(spec, device=device, seed=seed, rgb_order="after-crop")
+                    encoders[spec] = Encoder(bb, batch_size=batch_size, cache=cache, progress=False)
+                encoder = encoders[spec]
+            results[key] = evaluate(datasets[row.dataset], encoder, row.metric, n_resamples=0, seed=seed)
+        stat = results[key].get(row.statistic)
+        if stat is None:
+            raise CapscoreError(f"{row.where}: the protocol of {row.dataset} gives no statistic {row.statistic!r} "
+                                f"(it gives {', '.join(s.name for s in results[key].stats)})")
+        out[i] = RowResult(row, float(stat.value))
+    return [r for r in out if r is not None]
+
+
+def format_results(results: Sequence[RowResult]) -> str:
+    from capscore.report.tables import format_table
+
+    done = [r for r in results if r.ours is not None]
+    lines = []
+    if done:
+        rows = [{"dataset": r.row.dataset, "metric": r.row.metric, "backbone": r.row.backbone,
+                 "statistic": r.row.statistic, "ours": f"{r.ours:.1f}", "paper": f"{r.row.paper:.1f}",
+                 "Δ": f"{r.delta:+.1f}", "within": ("yes" if r.within else "NO") + f" (±{r.row.tolerance:g})"}
+                for r in done]
+        lines.append(format_table(rows, indent=""))
+        ok = sum(1 for r in done if r.within)
+        lines.append(f"{ok} of {len(done)} rows within tolerance")
+    for r in results:
+        if r.skipped:
+            lines.append(f"skipped {r.row.dataset} {r.row.metric} {r.row.backbone} {r.row.statistic}: {r.skipped}")
+    return "\n".join(lines) if lines else "(no rows)"
+
+
+__all__ = [
+    "DATA_LAYOUT", "PaperRow", "RowResult", "TABLES_DIR", "data_files", "default_root", "format_results",
+    "missing_data", "missing_tools", "read_table", "run_table", "table_names", "weights_file",
+]
