@@ -38,7 +38,7 @@ from pathlib import Path
 
 from capscore.data.records import Record
 from capscore.data.jsonl import iter_csv_rows, iter_jsonl, json_problem
-from capscore.errors import InputError, short_repr
+from capscore.errors import InputError, bounded, short_repr
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".webp", ".bmp", ".gif")
 CAPTION_FORMATS = (".json", ".jsonl", ".csv")
@@ -59,7 +59,7 @@ class BadItem:
 
     @property
     def error(self) -> str:
-        return f"{self.where}: {self.what}"
+        return bounded(f"{self.where}: {self.what}")
 
     def as_error(self) -> InputError:
         return InputError(self.where, self.what)
