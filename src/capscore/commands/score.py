@@ -433,6 +433,8 @@ def _count_items(captions) -> int | None:
     for c in captions:
         p = Path(c)
         suffix = p.suffix.lower()
+        if not p.is_file():  # stdin, a pipe: counting would consume it (the reader reads it once)
+            return None
         try:
             if suffix == ".json":
                 data = json.loads(p.read_text(encoding="utf-8-sig"))
