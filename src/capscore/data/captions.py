@@ -311,10 +311,13 @@ def _json_caption_pairs(path: Path) -> tuple[list[tuple[str, object, str]], bool
         if isinstance(value, list):  # several candidates of one image
             out += [(str(key), c, f"{path}: id {key!r}[{j}]") for j, c in enumerate(value)]
             if not value:
-                out.append((str(key), None, f"{path}: id {key!r}"))
+                out.append((str(key), _NO_CANDIDATES, f"{path}: id {key!r}"))
         else:
             out.append((str(key), value, f"{path}: id {key!r}"))
     return out, False
+
+
+_NO_CANDIDATES = object()  # {id: []}: an image given an empty list of captions
 
 
 def _coco_number(images: ImageIndex) -> dict[int, str]:
@@ -354,7 +357,7 @@ def _read_json_captions(path, images, refs, system) -> Iterator[Item]:
                 by_number = _coco_number(images) if by_number is None else by_number
                 img_id = by_number.get(int(key))
             img = images.by_id.get(img_id) if img_id is not None else None
-            if caption is None:
+            if caption is _NO_CANDIDATES:
                 yield BadItem(ident, str(img or ""), "", system, where, "empty list of captions")
                 continue
             if img is None:
