@@ -222,7 +222,8 @@ def read_tar_shard(path: str, *, name: str, options: SourceOptions = SourceOptio
                 if ext in IMAGE_EXTS:
                     cur.image_ext = ext
         except (tarfile.TarError, EOFError, OSError, ValueError) as e:
-            if cur is not None and options.caption_key in cur.parts and cur.image_ext is not None:
+            if cur is not None and (cur.problem is not None
+                                    or options.caption_key in cur.parts and cur.image_ext is not None):
                 yield _sample(cur, path, options)  # its image and caption were read in full
             elif cur is not None:
                 yield BadItem(cur.key, f"{path}:{cur.key}", "", "", f"{path}:{cur.key}",
