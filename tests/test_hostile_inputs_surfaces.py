@@ -918,3 +918,37 @@ def test_cli_under_a_limited_address_space_refuses_in_one_line(tmp_path):
         err = r.stderr.decode()
         assert r.returncode == 2 and err.count("\n") == 1 and "MemoryError" not in err, err
         assert ("not a regular file" if flag == "--parquet" else "over the") in err, err
+
+
+@pytest.mark.parametrize("name, content, needle", [
+    ("caps.json", '{"im0": true}', "caption is not a string"),
+    ("caps.json", '{"im0": null}', "caption is not a string"),
+    ("caps.jsonl", '{"image": "im0.png", "caption": false}\n', "caption is not a string"),
+    ("caps.jsonl", '{"image": true, "caption": "x"}\n', "'image' must be a string"),
+    ("caps.jsonl", '{"image": "im0.png", "caption": "x", "refs": [true]}\n', "'refs' must be a list of strings"),
+])
+def test_json_booleans_and_nulls_are_not_captions(world, name, content, needle):
+    """A JSON true/false/null is never scored as the caption "True"/"None" (error rows, by hand)."""
+    import capscore.backbones.openclip  # noqa: F401
+
+    from capscore.data.captions import BadItem, index_images, read_captions
+    from capscore.scores.scorer import _validate
+    from capscore.scores.clipscore import get_metric
+
+    p = world / f"b_{name}"
+    p.write_text(content)
+    (item,) = list(read_captions(p, images=index_images(world / "images")))
+    if isinstance(item, BadItem):
+        assert needle in item.error
+    else:
+        err = _validate(item, get_metric("clip-s"))
+        assert err is not None and needle in str(err), err
+
+
+@pytest.mark.parametrize("content", ['{"im0": true}', '{"im0": [1, 2]}', '{"im0": [false]}'])
+def test_json_booleans_are_not_references(world, content):
+    from capscore.data.captions import load_refs
+
+    (world / "r.json").write_text(content)
+    with pytest.raises(InputError, match="references must be a string or a list of strings"):
+        load_refs(world / "r.json")
