@@ -9,7 +9,7 @@ outside [0, 1], over the decompression-bomb or aspect guard that files have,
 :func:`capscore.embed.images.check_dimensions`) is an
 :class:`~capscore.errors.InputError` naming ``images[i]``: raised at the boundary
 by :func:`check_score_args`, or, with ``skip_bad=True``, left for the scorer as a
-:class:`BrokenImage` whose reading raises it, so the item becomes an error row
+:func:`broken_image` whose reading raises it, so the item becomes an error row
 (score ``None``) and the other items are scored.
 
 Choices: an empty ``images``/``captions`` pair is valid for :func:`capscore.score`
@@ -26,7 +26,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from capscore.errors import CapscoreError, InputError, param_error
+from capscore.errors import InputError, param_error
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -224,5 +224,5 @@ def empty_compute_warning(name: str = "CaptionScore") -> str:
             "returning nan")
 
 
-__all__ = ["broken_image", "CapscoreError", "check_frame_args", "check_image_items", "check_images_container",
-           "check_options", "check_score_args", "check_update_args", "image_problem", "pixel_problem"]
+__all__ = ["broken_image", "check_frame_args", "check_image_items", "check_images_container", "check_options",
+           "check_score_args", "check_update_args", "image_problem", "pixel_problem"]

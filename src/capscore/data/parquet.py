@@ -75,7 +75,7 @@ def read_parquet_file(path: str, *, name: str, options: SourceOptions = SourceOp
     try:
         f = pq.ParquetFile(path)
         names = f.schema_arrow.names
-    except Exception as e:  # pyarrow raises ArrowInvalid/OSError for anything that is not Parquet
+    except Exception as e:  # noqa: BLE001  (pyarrow raises ArrowInvalid/OSError/... for anything not Parquet)
         raise InputError(path, f"not a readable Parquet file ({_first_line(e)})") from None
     cols = columns_for(path, names, options)
     want = [c for c in dict.fromkeys(cols.values()) if c]
