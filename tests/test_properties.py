@@ -214,3 +214,228 @@ def test_detail_unit_segmenter_tiles_the_caption(nlp, caption):
 def test_seeded_rng_sanity():
     """The perturbation property above relies on seeds being honoured (random.Random is per call)."""
     assert random.Random("1|x").random() == random.Random("1|x").random()
+
+
+# ------------------------------------------------------------------------------------ sharded and video readers
+# Each reader is driven with random bytes and with valid files cut at a random point: it yields
+# Records/BadItems or raises capscore's InputError, within a time bound (wall clock per example) and a
+# memory bound (tracemalloc peak of Python-side allocations, which include the bytes read and PIL frames).
+import io as _io  # noqa: E402
+import tarfile as _tarfile  # noqa: E402
+import time as _time  # noqa: E402
+import tracemalloc as _tracemalloc  # noqa: E402
+
+READER_SETTINGS = settings(max_examples=40, deadline=None,
+                           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+TIME_BOUND_S = 30.0  # generous: the machine is shared; a hang or a gigabyte loop takes far longer
+MEMORY_BOUND = 64 * 2**20
+
+
+def _bounded(fn):
+    """Run ``fn``; it must finish within the bounds and raise nothing but a CapscoreError."""
+    _tracemalloc.start()
+    t0 = _time.perf_counter()
+    try:
+        return fn()
+    except CapscoreError as e:
+        assert "\n" not in str(e)
+        return None
+    finally:
+        peak = _tracemalloc.get_traced_memory()[1]
+        _tracemalloc.stop()
+        assert _time.perf_counter() - t0 < TIME_BOUND_S
+        assert peak < MEMORY_BOUND, peak
+
+
+def _png_bytes(colour=(1, 2, 3)) -> bytes:
+    from PIL import Image
+
+    buf = _io.BytesIO()
+    Image.new("RGB", (6, 6), colour).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def _valid_tar() -> bytes:
+    buf = _io.BytesIO()
+    with _tarfile.open(fileobj=buf, mode="w", format=_tarfile.USTAR_FORMAT) as tf:
+        for k in range(3):
+            for name, data in ((f"{k:04d}.png", _png_bytes((k, 0, 0))), (f"{k:04d}.txt", f"caption {k}".encode()),
+                               (f"{k:04d}.json", json.dumps({"refs": ["r"]}).encode())):
+                ti = _tarfile.TarInfo(name)
+                ti.size = len(data)
+                tf.addfile(ti, _io.BytesIO(data))
+    return buf.getvalue()
+
+
+VALID_TAR = _valid_tar()
+
+
+def _drain_shard(kind: str, path: Path, **opts) -> list:
+    from capscore.data.captions import BadItem
+    from capscore.data.records import Record
+    from capscore.data.shards import Shard, SourceOptions, read_shard
+
+    items = list(read_shard(Shard(kind, str(path), path.stem), SourceOptions(**opts)))
+    for it in items:
+        assert isinstance(it, (Record, BadItem))
+        if isinstance(it, BadItem):
+            assert str(path) in it.error and "\n" not in it.error
+    return items
+
+
+@READER_SETTINGS
+@given(content=st.binary(max_size=3000), gz=st.booleans(), refs=st.booleans())
+@example(content=b"\0" * 1024, gz=False, refs=False)
+def test_webdataset_reader_on_random_bytes(world, content, gz, refs):
+    import gzip
+
+    data = gzip.compress(content) if gz else content
+    path = _file(world, ".tar.gz" if gz else ".tar", data)
+    _bounded(lambda: _drain_shard("webdataset", path, refs_key="refs" if refs else None))
+
+
+@READER_SETTINGS
+@given(cut=st.integers(min_value=0, max_value=len(VALID_TAR)), flip=st.integers(min_value=0, max_value=len(VALID_TAR)),
+       byte=st.integers(0, 255))
+def test_webdataset_reader_on_truncated_and_flipped_tars(world, cut, flip, byte):
+    data = bytearray(VALID_TAR[:cut])
+    if flip < len(data):
+        data[flip] = byte
+    path = _file(world, ".tar", bytes(data))
+    items = _bounded(lambda: _drain_shard("webdataset", path, refs_key="refs"))
+    if cut == len(VALID_TAR) and flip >= len(data):
+        from capscore.data.records import Record
+
+        assert [it.caption for it in items if isinstance(it, Record)] == [f"caption {k}" for k in range(3)]
+
+
+def _valid_parquet() -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = pa.BufferOutputStream()
+    pq.write_table(pa.table({"image": [_png_bytes((k, 1, 1)) for k in range(4)], "caption": [f"c{k}" for k in range(4)],
+                             "refs": [["r"]] * 4}), buf, row_group_size=2)
+    return buf.getvalue().to_pybytes()
+
+
+@READER_SETTINGS
+@given(content=st.binary(max_size=2000))
+@example(content=b"PAR1")
+@example(content=b"PAR1\0\0\0\0PAR1")
+def test_parquet_reader_on_random_bytes(world, content):
+    path = _file(world, ".parquet", content)
+    _bounded(lambda: _drain_shard("parquet", path))
+
+
+@READER_SETTINGS
+@given(data=st.data())
+def test_parquet_reader_on_truncated_and_flipped_files(world, data):
+    valid = _valid_parquet()
+    cut = data.draw(st.integers(0, len(valid)))
+    content = bytearray(valid[:cut]) if data.draw(st.booleans()) else bytearray(valid)
+    for _ in range(data.draw(st.integers(0, 4))):
+        if content:
+            content[data.draw(st.integers(0, len(content) - 1))] = data.draw(st.integers(0, 255))
+    path = _file(world, ".parquet", bytes(content))
+    _bounded(lambda: _drain_shard("parquet", path, refs_key="refs"))
+
+
+def _valid_arrow_stream() -> bytes:
+    import pyarrow as pa
+
+    table = pa.table({"image": [{"bytes": _png_bytes(), "path": None}] * 3, "text": ["a", "b", "c"]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        for b in table.to_batches(max_chunksize=1):
+            w.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
+@READER_SETTINGS
+@given(data=st.data())
+def test_arrow_reader_on_random_truncated_and_flipped_bytes(world, data):
+    valid = _valid_arrow_stream()
+    mode = data.draw(st.sampled_from(["random", "cut", "flip"]))
+    if mode == "random":
+        content = data.draw(st.binary(max_size=2000))
+    else:
+        content = bytearray(valid[:data.draw(st.integers(0, len(valid)))] if mode == "cut" else valid)
+        if mode == "flip" and content:
+            for _ in range(data.draw(st.integers(1, 4))):
+                content[data.draw(st.integers(0, len(content) - 1))] = data.draw(st.integers(0, 255))
+        content = bytes(content)
+    path = _file(world, ".arrow", content)
+    _bounded(lambda: _drain_shard("hf", path))
+
+
+@READER_SETTINGS
+@given(state=st.one_of(st.binary(max_size=300), json_values.map(lambda v: json.dumps(v).encode()),
+                       st.lists(st.fixed_dictionaries({"filename": st.one_of(st.text(max_size=20), json_values)}),
+                                max_size=3).map(lambda f: json.dumps({"_data_files": f}).encode())))
+@example(state=json.dumps({"_data_files": [{"filename": "/etc/passwd"}]}).encode())
+def test_hf_state_json_of_arbitrary_content(world, state):
+    """state.json is checked before datasets reads it: anything hostile is an InputError, never a read
+    outside the folder."""
+    from capscore.data.hf_dataset import check_saved_folder
+
+    folder = world / f"hf{_n[0]}"
+    _n[0] += 1
+    folder.mkdir()
+    (folder / "state.json").write_bytes(state)
+    try:
+        check_saved_folder(folder)
+    except CapscoreError:
+        return
+    # accepted: then every data file is a regular file directly inside the folder
+    import os
+
+    for f in json.loads(state)["_data_files"]:
+        assert os.path.dirname(os.path.realpath(folder / f["filename"])) == os.path.realpath(folder)
+
+
+@READER_SETTINGS
+@given(pattern=st.text(alphabet="{},.\\ab19-", max_size=14))
+def test_brace_count_matches_braceexpand(pattern):
+    from braceexpand import UnbalancedBracesError, braceexpand
+
+    from capscore.data.webdataset import count_brace_names
+
+    try:
+        expected = len(list(braceexpand(pattern)))
+    except UnbalancedBracesError:
+        with pytest.raises(UnbalancedBracesError):
+            count_brace_names(pattern)
+        return
+    assert count_brace_names(pattern) == expected
+
+
+def _valid_gif() -> bytes:
+    from PIL import Image
+
+    frames = [Image.new("P", (12, 10), i % 4) for i in range(6)]
+    buf = _io.BytesIO()
+    frames[0].save(buf, format="GIF", save_all=True, append_images=frames[1:], duration=50)
+    return buf.getvalue()
+
+
+@READER_SETTINGS
+@given(data=st.data(), suffix=st.sampled_from([".gif", ".mp4", ".webm", ".png"]),
+       sampling=st.sampled_from(["uniform:3", "all", "every:2", "fps:5"]))
+def test_video_reader_on_random_truncated_and_flipped_bytes(world, data, suffix, sampling):
+    from capscore.data.video import Sampling, VideoRef
+
+    valid = _valid_gif()
+    mode = data.draw(st.sampled_from(["random", "cut", "flip"]))
+    if mode == "random" or suffix != ".gif":
+        content = data.draw(st.binary(max_size=1500))
+    else:
+        content = bytearray(valid[:data.draw(st.integers(0, len(valid)))] if mode == "cut" else valid)
+        if mode == "flip" and content:
+            for _ in range(data.draw(st.integers(1, 3))):
+                content[data.draw(st.integers(0, len(content) - 1))] = data.draw(st.integers(0, 255))
+        content = bytes(content)
+    path = _file(world, suffix, content)
+    frames = _bounded(lambda: VideoRef(path=path).load(Sampling.parse(sampling)))
+    if frames is not None:
+        assert frames and all(f.mode == "RGB" for f in frames)

@@ -27,7 +27,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from capscore.errors import CapscoreError, param_error
+from capscore import validate
+from capscore.errors import CapscoreError, InputError, param_error
 from capscore.pipeline import DEFAULT_MODEL
 from capscore.scores.metric import get_metric
 
@@ -45,6 +46,7 @@ def _is_numpy(x) -> bool:
 
 def _as_batch(images) -> list:
     """A batched tensor/array -> list of single images; a sequence -> list."""
+    validate.check_images_container(images)
     if _is_torch(images) and images.ndim == 4:
         return list(images)
     if _is_numpy(images) and images.ndim == 4:
@@ -81,6 +83,8 @@ def pixels_to_pil(x, where: str = "image"):
             arr = arr[..., 0]
     elif arr.ndim != 2:
         raise CapscoreError(f"{where}: a {kind} image must be {layout} or (H, W); got shape {tuple(arr.shape)}")
+    if (problem := validate.pixel_problem(arr)) is not None:
+        raise InputError(where, problem)
     if arr.dtype == np.uint8:
         pass
     elif np.issubdtype(arr.dtype, np.floating):
@@ -106,6 +110,8 @@ def to_image_ref(x, where: str = "image"):
         return x
     if isinstance(x, (str, os.PathLike)):
         return ImageRef(path=Path(x).expanduser(), name=f"{where}: {x}")
+    if (problem := validate.image_problem(x)) is not None:  # raised by score() unless skip_bad
+        return validate.broken_image(where, problem)
     if isinstance(x, Image.Image):
         return ImageRef(image=x, name=where)
     if _is_torch(x) or _is_numpy(x):
@@ -219,6 +225,9 @@ def score(
 
     Returns ``list[float | None]`` (one per caption, in order) or a DataFrame.
     """
+    validate.check_score_args("capscore.score", images, captions, refs, batch_size=batch_size, seed=seed,
+                              context_length=context_length, skip_bad=skip_bad, as_frame=as_frame, prefix=prefix,
+                              device=device, dtype=dtype)
     from capscore.data.sources import InMemory
     from capscore.pipeline import ScoreJob, default_metric, iter_rows
 
@@ -260,6 +269,7 @@ def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = Non
     for reference-based metrics); several add ``score[MODEL|METRIC]`` per pair.
     ``options`` are those of :func:`score` (prefix, device, dtype, cache, ...).
     """
+    validate.check_frame_args(df, image_col, caption_col, refs_col)
     for col in (image_col, caption_col, refs_col):
         if col is not None and col not in df.columns:
             raise CapscoreError(f"capscore.score_frame: no column {col!r}; columns are {list(df.columns)}")

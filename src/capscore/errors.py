@@ -4,6 +4,11 @@ Every error a user can cause (a bad file, a bad option, an unknown model) is a
 :class:`CapscoreError`. The CLI prints ``capscore: error: <message>`` on one line
 and exits non-zero, never a traceback. Programming errors stay ordinary
 exceptions.
+
+The template bounds every message: line breaks become ``\\n`` and a message over
+:data:`MAX_MESSAGE` characters keeps its head and tail around a marker saying how
+much was cut (a file name or a quoted cell can be arbitrarily long; the line must
+stay readable).
 """
 from __future__ import annotations
 
@@ -11,16 +16,35 @@ import difflib
 from collections.abc import Iterable
 
 
+#: Longest error message, in characters; longer ones keep their head and tail (:func:`bounded`).
+MAX_MESSAGE = 1000
+
+
+def bounded(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` on one line and at most about ``limit`` characters (head ... [N characters cut] ... tail)."""
+    text = str(message).replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\r")
+    if len(text) <= limit:
+        return text
+    head, tail = (limit * 3) // 4, limit // 4
+    return f"{text[:head]} ... [{len(text) - head - tail} characters cut] ... {text[-tail:]}"
+
+
 class CapscoreError(Exception):
-    """A user-facing error whose message fits on one line."""
+    """A user-facing error whose message fits on one line (bounded by :func:`bounded`)."""
+
+    def __init__(self, *args):
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (bounded(args[0]),)
+        super().__init__(*args)
 
 
 class InputError(CapscoreError):
     """Bad input data; ``where`` names the file and line or the item id."""
 
     def __init__(self, where: str, what: str, *, expected: str | None = None, got: object = None):
-        self.where = where
-        self.what = what
+        self.where = bounded(where, 300)  # a hostile file name or id must not fill the line
+        self.what = bounded(what)
+        where, what = self.where, self.what
         msg = f"{where}: {what}"
         if expected is not None:
             msg += f"; expected {expected}"

@@ -36,6 +36,8 @@ def add_arguments(p) -> None:
     g.add_argument("--refs-column", metavar="NAME",
                    help="references for refclip-s/refpac-s: a list column (--parquet/--hf-dataset) or a list "
                         "field of KEY.json (--webdataset)")
+    g.add_argument("--max-member-mb", type=float, default=256, metavar="MB",
+                   help="largest tar member / Parquet image cell read into memory (default 256 MiB)")
     add_engine_arguments(p)
 
 
@@ -102,5 +104,14 @@ def source_from_args(args) -> ShardedSource | None:
         raise CapscoreError("--split applies to --hf-dataset only")
     kind, spec = next(iter(given.items()))
     options = SourceOptions(caption_key=args.caption_key, refs_key=args.refs_column, image_column=args.image_column,
-                            caption_column=args.caption_column, id_column=args.id_column)
+                            caption_column=args.caption_column, id_column=args.id_column,
+                            max_member_bytes=_member_bytes(getattr(args, "max_member_mb", 256)))
     return ShardedSource.list(kind, spec, options, split=getattr(args, "split", None))
+
+
+def _member_bytes(mb) -> int:
+    import math
+
+    if not (isinstance(mb, (int, float)) and math.isfinite(mb) and mb > 0):
+        raise CapscoreError(f"--max-member-mb must be a positive number; got {mb}")
+    return int(mb * 2**20)

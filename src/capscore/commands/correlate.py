@@ -136,10 +136,14 @@ def run(args) -> int:
             raise CapscoreError("--scores needs exactly one of --human FILE or --dataset NAME --path P")
         human = read_human(args.human, column=args.human_column, id_column=args.id_column) if args.human \
             else _load(args)
-        scores, skipped = read_scores(args.scores, column=args.score_column, id_column=args.id_column)
-        results = [correlate_scores(scores, human, metric_name=f"{Path(args.scores).name}:{args.score_column}",
-                                    columns=args.stats, ties=args.ties, skipped=skipped, source=args.scores,
-                                    **common)]
+        errors: set[str] = set()
+        scores, skipped = read_scores(args.scores, column=args.score_column, id_column=args.id_column,
+                                      error_ids=errors)
+        result = correlate_scores(scores, human, metric_name=f"{Path(args.scores).name}:{args.score_column}",
+                                  columns=args.stats, ties=args.ties, skipped=skipped, source=args.scores,
+                                  **common)
+        result, unmatched = reconcile_skipped(result, human, scores, errors)
+        results = [result]
     else:
         if not args.dataset:
             raise CapscoreError("give --dataset NAME (see `capscore correlate -h`) or --scores FILE")
@@ -163,6 +167,8 @@ def run(args) -> int:
             print(f"wrote {json_path} and {csv_path}")
         return 0
     print(format_table(results))
+    if args.scores and unmatched:
+        print(f"also in {args.scores}: {unmatched} rows whose id has no human judgment (not used)")
     if args.out:
         json_path, csv_path = write_results(results, args.out)
         print(f"wrote {json_path} and {csv_path}")
@@ -245,6 +251,40 @@ def _columns(results) -> list[str]:
     return cols
 
 
+def reconcile_skipped(result, human, scores, errors: set):
+    """Count every human item (or pair) once: matched + skipped = all of them.
+
+    ``read_scores`` counts the error rows of the scores file and ``correlate_scores`` counts the
+    human items without a score; an item whose score row is an error row is in both. Here such an
+    item counts once, as "no score (error row)", and only the remaining ones as "no score for the
+    id" (pairs: "pair with an error row" / "pair without both scores"). Returns the result with
+    these counts and the number of score rows (scored or error) whose id no human item has."""
+    import dataclasses
+
+    from capscore.meta.datasets import PairSet
+
+    skipped = dict(result.skipped)
+    skipped.pop("no score (error row)", None)
+    if isinstance(human, PairSet):
+        ids = {f"{p.id}:{side}" for p in human.items for side in "ab"}
+        missing_key = "pair without both scores"
+        hit = sum(1 for p in human.items if f"{p.id}:a" not in scores or f"{p.id}:b" not in scores
+                  if f"{p.id}:a" in errors or f"{p.id}:b" in errors)
+        error_key = "pair with an error row"
+    else:
+        ids = {it.record.id for it in human.items}
+        missing_key = "no score for the id"
+        hit = len(errors & ids)
+        error_key = "no score (error row)"
+    rest = skipped.pop(missing_key, 0) - hit
+    if hit:
+        skipped[error_key] = hit
+    if rest:
+        skipped[missing_key] = rest
+    unmatched = len((set(scores) | errors) - ids)
+    return dataclasses.replace(result, skipped=skipped), unmatched
+
+
 def format_table(results) -> str:
     """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100; ×1 for
     :data:`capscore.meta.stats.UNSCALED`), printed by the one table printer."""
@@ -270,6 +310,9 @@ def format_table(results) -> str:
         c.rsplit(":", 1)[-1] in UNSCALED for c in cols) else "")
     lines = [f"{r0.dataset} ({r0.source}); {scale}, {boot}, seed {r0.seed}", print_table(rows, indent="")]
     skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
+    if r0.identity == "external scores":  # --scores: every human item is matched or skipped, once
+        unit = "pairs" if "ties" in r0.params else "human items"
+        lines.append(f"matched: {r0.n} of {r0.n + sum(skipped.values())} {unit}")
     if skipped:
         lines.append("skipped: " + ", ".join(f"{v} {k}" for k, v in skipped.items()))
     return "\n".join(lines)

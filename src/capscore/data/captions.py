@@ -20,6 +20,14 @@ Shapes accepted (the first two are those of the clipscore and pacscore scripts):
   ``image_id`` repeated in COCO results; candidate k of image X gets the id
   ``X#k`` (k from 0), and COCO results output drops the suffix again.
 
+Every input is consumed once: standard input (``-``), a named pipe or a process
+substitution (``--captions <(jq ... f.json)``, a ``/dev/fd/N`` path) is copied once
+into a private temporary file on first use (:func:`readable_once`), and every later
+read in the process (another model or metric) reads that copy; when the name has
+no ``.json``/``.jsonl``/``.csv`` suffix, the format is told from the content (a
+whole JSON document is ``.json``, a first line holding a JSON object is ``.jsonl``,
+anything else ``.csv``). Devices (``/dev/zero``) and terminals are refused.
+
 JSONL and CSV are read lazily, row by row, so memory does not grow with the
 number of captions (except for one set of seen ids per file, for the duplicate
 check). A problem with one item is yielded as a :class:`BadItem` (the caller
@@ -28,17 +36,21 @@ JSON, no ``caption`` column) raises :class:`~capscore.errors.InputError`.
 """
 from __future__ import annotations
 
+import atexit
 import csv
 import json
 import os
+import shutil
+import stat
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from capscore.data.records import Record
 from capscore.data.jsonl import iter_csv_rows, iter_jsonl, json_problem
-from capscore.errors import InputError, short_repr
+from capscore.errors import InputError, bounded, short_repr
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".webp", ".bmp", ".gif")
 CAPTION_FORMATS = (".json", ".jsonl", ".csv")
@@ -59,7 +71,7 @@ class BadItem:
 
     @property
     def error(self) -> str:
-        return f"{self.where}: {self.what}"
+        return bounded(f"{self.where}: {self.what}")
 
     def as_error(self) -> InputError:
         return InputError(self.where, self.what)
@@ -123,11 +135,77 @@ def _index_folder(folder: Path) -> ImageIndex:
     return ImageIndex(folder, by_id, str(folder))
 
 
+# ------------------------------------------------------------------------------------ read once
+_SPOOLED: dict[str, Path] = {}  # stdin / pipe given -> its private copy (each is consumed once per process)
+
+
+def readable_once(path: str | os.PathLike, option: str = "--captions") -> Path:
+    """``path`` itself for a regular file (or a missing one: the reader reports it); for stdin
+    (``-``), a FIFO or a ``/dev/fd/N`` pipe, a temporary copy made on the first call (module docstring)."""
+    text = str(path)
+    if text in _SPOOLED:
+        return _SPOOLED[text]
+    if text == "-":
+        if sys.stdin is None or sys.stdin.isatty():
+            raise InputError("-", f"{option} - reads standard input, which is a terminal; pipe the file in")
+        name, src = "stdin", sys.stdin.buffer
+    else:
+        p = Path(path).expanduser()
+        try:
+            st = os.stat(p)
+        except (OSError, ValueError):
+            return p  # missing or unreadable: the reader says which, naming the file
+        if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            return p
+        if not stat.S_ISFIFO(st.st_mode) and not stat.S_ISSOCK(st.st_mode):
+            raise InputError(text, f"{option} is a device, not a file or pipe")
+        try:
+            src = open(p, "rb")
+        except OSError as e:
+            raise InputError(text, f"cannot read {option} ({e.strerror or e})") from None
+        name = p.stem or "pipe"
+    folder = Path(tempfile.mkdtemp(prefix="capscore-input-"))
+    atexit.register(shutil.rmtree, folder, True)
+    tmp = folder / "input"
+    try:
+        with open(tmp, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+    finally:
+        if src is not getattr(sys.stdin, "buffer", None):
+            src.close()
+    suffix = Path(text).suffix.lower()
+    if suffix not in CAPTION_FORMATS:
+        suffix = _sniff_format(tmp)
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:60] or "pipe"
+    dest = folder / f"{safe}{suffix}"
+    tmp.rename(dest)
+    _SPOOLED[text] = dest
+    return dest
+
+
+def _sniff_format(path: Path) -> str:
+    """``.json`` / ``.jsonl`` / ``.csv`` from the content of a file without a telling suffix."""
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    first = head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1]
+    if first == b"[":
+        return ".json"
+    if first != b"{":
+        return ".csv"
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            json.load(f)
+        return ".json"
+    except (ValueError, RecursionError):
+        return ".jsonl"
+
+
 # ------------------------------------------------------------------------------------ refs
 def load_refs(path: str | os.PathLike) -> dict[str, tuple[str, ...]]:
     """``--refs``: JSON ``{image_id: [refs]}`` (or ``{image_id: ref}``), or JSONL/CSV rows with
-    ``image`` (or ``id``) and ``refs`` (JSONL: a list; CSV: a JSON list or a single string)."""
-    path = Path(path).expanduser()
+    ``image`` (or ``id``) and ``refs`` (JSONL: a list; CSV: a JSON list or a single string).
+    A pipe or ``-`` is read once (:func:`readable_once`)."""
+    path = readable_once(path, "--refs")
     out: dict[str, tuple[str, ...]] = {}
     _check_not_empty(path, "references")
     if path.suffix.lower() == ".json":
@@ -197,10 +275,13 @@ def read_captions(
 
     ``system`` defaults to the file stem; a ``system`` column overrides it per row.
     ``refs`` (from ``--refs``) are looked up by image id; a ``refs`` column wins.
-    Raises :class:`InputError` at once for whole-file problems.
+    Raises :class:`InputError` at once for whole-file problems. A pipe or ``-`` is read once
+    (:func:`readable_once`); its system name is then the pipe's name (``stdin`` for ``-``).
     """
-    path = Path(path).expanduser()
-    system = path.stem if system is None else system
+    given = str(path)
+    path = readable_once(path, "--captions")
+    if system is None:
+        system = "stdin" if given == "-" else Path(given).stem
     suffix = path.suffix.lower()
     _check_not_empty(path, "captions")
     if suffix == ".json":
@@ -230,10 +311,13 @@ def _json_caption_pairs(path: Path) -> tuple[list[tuple[str, object, str]], bool
         if isinstance(value, list):  # several candidates of one image
             out += [(str(key), c, f"{path}: id {key!r}[{j}]") for j, c in enumerate(value)]
             if not value:
-                out.append((str(key), None, f"{path}: id {key!r}"))
+                out.append((str(key), _NO_CANDIDATES, f"{path}: id {key!r}"))
         else:
             out.append((str(key), value, f"{path}: id {key!r}"))
     return out, False
+
+
+_NO_CANDIDATES = object()  # {id: []}: an image given an empty list of captions
 
 
 def _coco_number(images: ImageIndex) -> dict[int, str]:
@@ -273,7 +357,7 @@ def _read_json_captions(path, images, refs, system) -> Iterator[Item]:
                 by_number = _coco_number(images) if by_number is None else by_number
                 img_id = by_number.get(int(key))
             img = images.by_id.get(img_id) if img_id is not None else None
-            if caption is None:
+            if caption is _NO_CANDIDATES:
                 yield BadItem(ident, str(img or ""), "", system, where, "empty list of captions")
                 continue
             if img is None:
@@ -397,21 +481,23 @@ def _rows(path: Path, *, required: tuple[str, ...]) -> Iterator[tuple[str, dict 
     The header of a CSV (or the first row's keys are not checked for JSONL:
     each JSONL row is checked by the caller) is validated before the first yield.
     """
+    if path.suffix.lower() != ".csv":  # JSONL: opened once, by the byte reader (a pipe must not be opened twice)
+        if not path.exists():
+            raise InputError(str(path), "file not found")
+        return _jsonl_rows(path)
     f = _open_text(path)
-    if path.suffix.lower() == ".csv":
-        reader = csv.DictReader(f, strict=True)  # strict: an unterminated quote is an error, not a swallowed file
-        try:
-            header = reader.fieldnames or []
-        except (csv.Error, UnicodeDecodeError) as e:
-            f.close()
-            raise InputError(f"{path}:1", f"unreadable CSV header ({e})") from None
-        missing = [c for c in required if c not in header]
-        if missing:
-            f.close()
-            raise InputError(f"{path}:1", f"missing column {missing[0]!r}",
-                             expected=f"columns {', '.join(required)}", got=header)
-        return _csv_rows(f, reader, path)
-    return _jsonl_rows(f, path)
+    reader = csv.DictReader(f, strict=True)  # strict: an unterminated quote is an error, not a swallowed file
+    try:
+        header = reader.fieldnames or []
+    except (csv.Error, UnicodeDecodeError) as e:
+        f.close()
+        raise InputError(f"{path}:1", f"unreadable CSV header ({e})") from None
+    missing = [c for c in required if c not in header]
+    if missing:
+        f.close()
+        raise InputError(f"{path}:1", f"missing column {missing[0]!r}",
+                         expected=f"columns {', '.join(required)}", got=header)
+    return _csv_rows(f, reader, path)
 
 
 def _csv_rows(f, reader, path):
@@ -423,9 +509,8 @@ def _csv_rows(f, reader, path):
             yield f"{path}:{line}", row
 
 
-def _jsonl_rows(f, path):
-    f.close()  # JSONL is read as bytes by the shared reader, so a decoding error names its own line
-    yield from iter_jsonl(path, strict=False)
+def _jsonl_rows(path):
+    yield from iter_jsonl(path, strict=False)  # as bytes, so a decoding error names its own line
 
 
 def _text(value) -> str:

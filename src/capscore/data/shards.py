@@ -37,6 +37,9 @@ class SourceOptions:
     image_column: str = "image"  # Parquet/HF: bytes, {bytes, path} struct (HF Image) or a path string
     caption_column: str | None = None  # Parquet/HF: default "caption", or "text" when there is none
     id_column: str | None = None  # Parquet/HF: default "key", then "id", then FILE:ROW
+    #: Largest WebDataset member (declared size in its tar header) or Parquet/Arrow image cell read into
+    #: memory, in bytes; a bigger one makes its sample an error row naming ``shard:key`` / ``file:row``.
+    max_member_bytes: int = 256 * 2**20
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,25 @@ count differs from the decoded frame count; otherwise one counting pass over the
 decoding) and one decoding pass that converts only the kept frames, so memory holds N frames,
 not the whole clip.
 
-Every failure (missing file, not a video, no video stream, no frame in the window) raises
-:class:`~capscore.errors.InputError` naming the video.
+Bounds, checked before pixels are materialised: every frame (from the stream header, then per
+decoded frame) must pass the image guard (:func:`capscore.embed.images.check_dimensions`: at most
+~89.5 megapixels, aspect at most 50:1), and the kept frames together at most ``max_pixels``
+(:data:`MAX_KEPT_PIXELS`, 2^28 ≈ 268 megapixels ≈ 800 MB as RGB; a keyword of
+:meth:`VideoRef.load` and :func:`decode_video`) — ``all`` on a long clip is refused in one line
+rather than filling memory. Animated images and frame folders are first counted (and, for
+``fps:R``, timed) without converting any frame, then only the kept frames are converted to RGB.
+
+A truncated video file is an error, not a shorter clip: when the container declares T frames
+and (with no time window) fewer than ``T - max(2, T // 50)`` decode, the file is refused (the
+small tolerance allows for frames an edit list or decoder delay legitimately drops).
+
+Every failure (missing file, not a video, no video stream, no frame in the window, truncated,
+over a bound) raises :class:`~capscore.errors.InputError` naming the video.
 """
 from __future__ import annotations
 
 import hashlib
+import numbers
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,12 +61,15 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
+from capscore.embed.images import MAX_PIXELS, check_dimensions
 from capscore.errors import CapscoreError, InputError
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v")
 ANIMATED_SUFFIXES = (".gif", ".webp", ".png", ".apng")
 FRAME_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 SAMPLING_MODES = ("uniform", "fps", "every", "all")
+#: Most pixels kept over all sampled frames of one video (see the module docstring).
+MAX_KEPT_PIXELS = 2**28
 
 
 # ------------------------------------------------------------------------------------ sampling
@@ -67,6 +83,8 @@ class Sampling:
     def __post_init__(self):
         if self.mode not in SAMPLING_MODES:
             raise CapscoreError(f"unknown frame sampling {self.mode!r}; expected uniform:N, fps:R, every:K or all")
+        if not isinstance(self.value, numbers.Real) or isinstance(self.value, bool) or not np.isfinite(self.value):
+            raise CapscoreError(f"frame sampling {self.mode}:N needs a finite number; got {self.value!r}")
         if self.mode in ("uniform", "every") and (self.value != int(self.value) or self.value < 1):
             raise CapscoreError(f"frame sampling {self.mode}:N needs a whole number N >= 1; got {self.value}")
         if self.mode == "fps" and not (self.value > 0 and np.isfinite(self.value)):
@@ -182,19 +200,30 @@ class VideoRef:
         return f"video-sha256:{h.hexdigest()}|{sampling}{self.window()}"
 
     # ---------------------------------------------------------------- frames
-    def load(self, sampling: Sampling = DEFAULT_SAMPLING) -> list[Image.Image]:
-        """The sampled frames as RGB images; InputError naming the video when none can be read."""
-        if self.path is None:
-            frames = [f if isinstance(f, Image.Image) else _open_image(Path(f), self.where()) for f in self.frames]
-            return _select_untimed(frames, sampling, self.where(), self.start, self.end)
-        if self.path.is_dir():
-            frames = [_open_image(p, self.where()) for p in _frame_files(self.path, self.where())]
-            return _select_untimed(frames, sampling, self.where(), self.start, self.end)
+    def load(self, sampling: Sampling = DEFAULT_SAMPLING, *, max_pixels: int = MAX_KEPT_PIXELS) -> list[Image.Image]:
+        """The sampled frames as RGB images; InputError naming the video when none can be read.
+
+        ``max_pixels`` bounds the pixels of all kept frames together (module docstring)."""
+        where = self.where()
+        if self.path is None or self.path.is_dir():
+            sources = list(self.frames) if self.path is None else _frame_files(self.path, where)
+            keep = _select_untimed(len(sources), sampling, where, self.start, self.end)
+            budget = _Budget(max_pixels, where)
+            out = []
+            for i in keep:
+                f = sources[i]
+                if isinstance(f, Image.Image):
+                    check_dimensions(f.size, f"{where}: frame {i}")
+                    budget.take(f.size)
+                    out.append(f.convert("RGB"))
+                else:
+                    out.append(_open_image(Path(f), where, budget))
+            return out
         if not self.path.exists():
-            raise InputError(self.where(), "video file not found")
+            raise InputError(where, "video file not found")
         if self.path.suffix.lower() in ANIMATED_SUFFIXES:
-            return _animated_frames(self.path, sampling, self.where(), self.start, self.end)
-        return decode_video(self.path, sampling, where=self.where(), start=self.start, end=self.end)
+            return _animated_frames(self.path, sampling, where, self.start, self.end, max_pixels)
+        return decode_video(self.path, sampling, where=where, start=self.start, end=self.end, max_pixels=max_pixels)
 
 
 def _file_digest(path: Path, where: str) -> bytes:
@@ -216,49 +245,87 @@ def _frame_files(folder: Path, where: str) -> list[Path]:
     return frames
 
 
-def _open_image(path: Path, where: str) -> Image.Image:
+class _Budget:
+    """The pixels still allowed for the kept frames of one video (:data:`MAX_KEPT_PIXELS`)."""
+
+    def __init__(self, limit: int, where: str):
+        self.left, self.limit, self.where, self.frames = limit, limit, where, 0
+
+    def take(self, size: tuple[int, int]) -> None:
+        self.left -= size[0] * size[1]
+        self.frames += 1
+        if self.left < 0:
+            raise InputError(self.where, f"the sampled frames exceed {self.limit:,} pixels in all (max_pixels) at "
+                                         f"frame {self.frames} of {size[0]}x{size[1]}; sample fewer frames "
+                                         "(e.g. uniform:10 or fps:1) or raise max_pixels")
+
+
+def _open_image(path: Path, where: str, budget: "_Budget | None" = None) -> Image.Image:
     try:
+        if not path.is_file():
+            raise InputError(where, f"frame {path.name} is not a regular file")
         with Image.open(path) as im:
+            check_dimensions(im.size, f"{where}: frame {path.name}")  # from the header, before decoding
+            if budget is not None:
+                budget.take(im.size)
             im.load()
             return im.convert("RGB")
     except FileNotFoundError:
         raise InputError(where, f"frame not found: {path}") from None
+    except Image.DecompressionBombError as e:
+        raise InputError(where, f"frame {path.name} is over the {MAX_PIXELS / 1e6:.1f} megapixel limit ({e})") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise InputError(where, f"unreadable frame {path.name} ({e})") from None
 
 
-def _select_untimed(frames: list, sampling: Sampling, where: str, start, end) -> list[Image.Image]:
+def _select_untimed(n: int, sampling: Sampling, where: str, start, end) -> list[int]:
+    """Indices of the kept frames of a frame list or folder of ``n`` frames."""
     if start is not None or end is not None:
         raise InputError(where, "a time window needs a video file or an animated image (frames have no timestamps)")
     if sampling.mode == "fps":
         raise InputError(where, f"frame sampling {sampling} needs timestamps; a frame list or folder has none",
                          expected="uniform:N, every:K or all")
-    if not frames:
+    if not n:
         raise InputError(where, "video has no frames")
-    return [frames[i] for i in sampling.indices(len(frames))]
+    return sampling.indices(n)
 
 
 def _in_window(t: float, start, end) -> bool:
     return (start is None or t >= start - 1e-9) and (end is None or t < end - 1e-9)
 
 
-def _animated_frames(path: Path, sampling: Sampling, where: str, start, end) -> list[Image.Image]:
+def _animated_frames(path: Path, sampling: Sampling, where: str, start, end,
+                     max_pixels: int = MAX_KEPT_PIXELS) -> list[Image.Image]:
+    """Two passes: time every frame (no RGB conversion), then convert only the kept ones."""
     try:
+        if not path.is_file():
+            raise InputError(where, "not a regular file; expected an animated image")
         with Image.open(path) as im:
-            frames, times, t = [], [], 0.0
-            for f in ImageSequence.Iterator(im):
+            check_dimensions(im.size, where)  # from the header, before any frame is decoded
+            index, times, t = [], [], 0.0  # frame numbers in the window and their times
+            for i, f in enumerate(ImageSequence.Iterator(im)):
                 if _in_window(t, start, end):
-                    frames.append(f.convert("RGB"))
+                    index.append(i)
                     times.append(t)
                 t += float(f.info.get("duration") or 100) / 1000.0  # GIF/WebP durations are in ms
+            if not index:
+                raise InputError(where, "no frames" + (f" between {start}s and {end}s" if start or end else ""))
+            keep = sampling.by_time(times) if sampling.mode == "fps" else sampling.indices(len(index))
+            budget, out = _Budget(max_pixels, where), []
+            for k in keep:
+                im.seek(index[k])
+                check_dimensions(im.size, where)
+                budget.take(im.size)
+                out.append(im.convert("RGB"))
+            return out
+    except InputError:
+        raise
     except FileNotFoundError:
         raise InputError(where, "video file not found") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+    except Image.DecompressionBombError as e:
+        raise InputError(where, f"frames over the {MAX_PIXELS / 1e6:.1f} megapixel limit ({e})") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError) as e:
         raise InputError(where, f"cannot read as an animated image ({e})") from None
-    if not frames:
-        raise InputError(where, "no frames" + (f" between {start}s and {end}s" if start or end else ""))
-    keep = sampling.by_time(times) if sampling.mode == "fps" else sampling.indices(len(frames))
-    return [frames[i] for i in keep]
 
 
 # ------------------------------------------------------------------------------------ PyAV
@@ -271,26 +338,39 @@ def _av():
 
 
 def decode_video(path: str | os.PathLike, sampling: Sampling = DEFAULT_SAMPLING, *, where: str | None = None,
-                 start: float | None = None, end: float | None = None) -> list[Image.Image]:
-    """Decode a video file with PyAV and return the sampled frames (RGB), in display order."""
+                 start: float | None = None, end: float | None = None,
+                 max_pixels: int = MAX_KEPT_PIXELS) -> list[Image.Image]:
+    """Decode a video file with PyAV and return the sampled frames (RGB), in display order.
+
+    Refuses (InputError naming the video) frames over the image guard, kept frames over
+    ``max_pixels`` in all, and a truncated file (module docstring)."""
     av = _av()
     path = Path(path)
     where = where or str(path)
-    errors = (av.FFmpegError, OSError, ValueError, IndexError)
+    errors = (av.FFmpegError, OSError, ValueError, IndexError, MemoryError)
+    if path.exists() and not path.is_file():
+        raise InputError(where, "not a regular file (a FIFO, device or folder); expected a video file")
     try:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise InputError(where, "no video stream in the file")
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
+            cc = stream.codec_context
+            if cc is not None and cc.width and cc.height:
+                check_dimensions((cc.width, cc.height), where)  # from the stream header, before decoding
+            declared = int(stream.frames or 0)
             total = None
             if sampling.mode == "uniform":
                 total = _count_frames(container, stream, start, end)
                 container.seek(0)
-            frames, n = _decode_pass(container, stream, sampling, total, start, end)
+            frames, n = _decode_pass(container, stream, sampling, total, start, end, _Budget(max_pixels, where))
             if sampling.mode == "uniform" and n != total and n > 0:
                 container.seek(0)  # the packet count was off (rare): select again with the true count
-                frames, n = _decode_pass(container, stream, sampling, n, start, end)
+                frames, n = _decode_pass(container, stream, sampling, n, start, end, _Budget(max_pixels, where))
+            if start is None and end is None and declared > 0 and n < declared - max(2, declared // 50):
+                raise InputError(where, f"truncated or damaged video: the container declares {declared} frames but "
+                                        f"only {n} could be decoded")
     except InputError:
         raise
     except FileNotFoundError:
@@ -321,8 +401,15 @@ def _count_frames(container, stream, start, end) -> int:
     return n
 
 
-def _decode_pass(container, stream, sampling: Sampling, total, start, end):
+def _decode_pass(container, stream, sampling: Sampling, total, start, end, budget: _Budget):
     """Decode in display order; convert only the kept frames. Returns (frames, frames in window)."""
+    where = budget.where
+
+    def rgb(frame):
+        check_dimensions((frame.width, frame.height), f"{where}: frame {k}")
+        budget.take((frame.width, frame.height))
+        return frame.to_image()
+
     keep = set(sampling.indices(total)) if sampling.mode == "uniform" else None
     out: list[Image.Image] = []
     n = 0
@@ -335,18 +422,18 @@ def _decode_pass(container, stream, sampling: Sampling, total, start, end):
         k = n
         n += 1
         if sampling.mode == "all":
-            out.append(frame.to_image())
+            out.append(rgb(frame))
         elif sampling.mode == "every":
             if k % int(sampling.value) == 0:
-                out.append(frame.to_image())
+                out.append(rgb(frame))
         elif sampling.mode == "fps":
             t0 = t if t0 is None else t0
             bucket = int(np.floor((t - t0) * sampling.value + 1e-9))
             if bucket != last_bucket:
-                out.append(frame.to_image())
+                out.append(rgb(frame))
                 last_bucket = bucket
         elif keep is not None and k in keep:
-            out.append(frame.to_image())
+            out.append(rgb(frame))
     return out, n
 
 

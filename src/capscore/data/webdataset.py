@@ -2,11 +2,23 @@
 
 A sample is the run of consecutive tar members sharing a key (the file name up
 to its first dot, folder included), as in the WebDataset format. The image is
-the first member with an image extension; the caption is the ``caption_key``
-member (``txt`` by default) decoded as UTF-8; references, when asked for, are a
-list field of ``KEY.json``. Shards are given as paths, a folder of ``.tar``
-files, or brace patterns (``shards/{00000..00127}.tar``, expanded with
-``braceexpand``, the expander WebDataset itself uses).
+the **first member in archive order** with an image extension (``a.png`` then
+``a.jpg``: the PNG is scored; later image members are not read); the caption is
+the ``caption_key`` member (``txt`` by default) decoded as UTF-8; references,
+when asked for, are a list field of ``KEY.json``. Two members with the same
+extension in one sample (``a.txt`` twice) are ambiguous and make the sample an
+error row. Shards are given as paths, a folder of ``.tar`` files, or brace
+patterns (``shards/{00000..00127}.tar``, expanded with ``braceexpand``, the
+expander WebDataset itself uses); a pattern is *counted* before it is expanded
+and refused over ``max_shards`` names (``braceexpand`` builds every range in
+memory, so ``{00000000..99999999}`` would cost minutes and gigabytes).
+
+Bounded reading: only the members a sample needs (images, caption, ``.json``
+when references are asked for) are read, and each only when the size declared
+in its tar header is at most ``SourceOptions.max_member_bytes`` (256 MiB by
+default); a bigger one (a gzip member expanding to gigabytes, a sparse member
+declaring 3 GiB) makes its sample a :class:`BadItem` naming ``shard:key`` and
+the size, before anything is read.
 
 Damage is contained to what is damaged: a sample without an image or caption,
 or with undecodable text, is a :class:`BadItem` named ``shard:key``; a corrupt
@@ -22,6 +34,7 @@ import json
 import os
 import tarfile
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from capscore.data.captions import BadItem
@@ -31,16 +44,86 @@ from capscore.embed.images import ImageRef
 from capscore.errors import InputError
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+#: Most shard names a brace pattern may expand to (counted before expanding).
+MAX_SHARDS = 1_000_000
 
 
-def list_tar_shards(spec: str) -> list[str]:
+def list_tar_shards(spec: str, *, max_shards: int = MAX_SHARDS) -> list[str]:
     """A path, a folder (its ``*.tar``, sorted) or a brace pattern -> shard paths."""
-    from braceexpand import braceexpand
+    from braceexpand import UnbalancedBracesError, braceexpand
 
     if os.path.isdir(spec):
         found = sorted(str(p) for p in Path(spec).iterdir() if p.name.endswith(".tar"))
         return expect_files(found, spec, "WebDataset .tar shards in the folder")
+    try:
+        n = count_brace_names(spec)
+    except UnbalancedBracesError:
+        raise InputError(spec, "unbalanced braces in the shard pattern",
+                         expected="a path or a pattern such as 'shards/{00000..00127}.tar'") from None
+    if n > max_shards:
+        raise InputError(spec, f"the shard pattern names {n:,} files, over the limit of {max_shards:,} "
+                               "(max_shards); check the number of digits in the range")
     return expect_files(list(braceexpand(spec)), spec, "WebDataset shard")
+
+
+def count_brace_names(pattern: str) -> int:
+    """How many names ``braceexpand(pattern)`` yields, computed from the pattern without expanding it.
+
+    Mirrors braceexpand's grammar (``{a,b}`` alternatives, ``{N..M[..S]}`` and ``{a..z}`` ranges,
+    nesting, backslash escapes); raises braceexpand's UnbalancedBracesError where it would."""
+    from braceexpand import UnbalancedBracesError, alphabet, char_range_re, int_range_re
+
+    def pattern_count(pat: str) -> int:
+        start = pos = depth = 0
+        total = 1
+        while pos < len(pat):
+            c = pat[pos]
+            if c == "\\":
+                pos += 2
+                continue
+            if c == "{":
+                if depth == 0:
+                    start = pos
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    total *= expr_count(pat[start + 1:pos])
+            pos += 1
+        if depth != 0:
+            raise UnbalancedBracesError(f"Unbalanced braces: {pat!r}")
+        return total
+
+    def expr_count(expr: str) -> int:
+        m = int_range_re.match(expr)
+        if m:
+            a, b, step = int(m.group(1)), int(m.group(2)), int(m.group(3) or 1) or 1
+            return abs(b - a) // step + 1
+        m = char_range_re.match(expr)
+        if m:
+            a, b, step = alphabet.index(m.group(1)), alphabet.index(m.group(2)), int(m.group(3) or 1) or 1
+            return abs(b - a) // step + 1
+        pos = depth = start = 0
+        parts = []
+        while pos < len(expr):
+            c = expr[pos]
+            if c == "\\":
+                pos += 2
+                continue
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+            elif c == "," and depth == 0:
+                parts.append(expr[start:pos])
+                start = pos + 1
+            pos += 1
+        if depth != 0 or not parts:  # not a sequence: braceexpand keeps the braces and expands inside
+            return pattern_count(expr)
+        parts.append(expr[start:])
+        return sum(pattern_count(p) for p in parts)
+
+    return pattern_count(pattern)
 
 
 def _split(name: str) -> tuple[str, str]:
@@ -50,15 +133,34 @@ def _split(name: str) -> tuple[str, str]:
     return key, ext.lower()
 
 
-def _sample(key: str, parts: dict[str, bytes], shard: str, options: SourceOptions):
+@dataclass
+class _Sample:
+    """The members of one sample read so far (only the ones needed) and its first problem."""
+
+    key: str
+    parts: dict = field(default_factory=dict)  # ext -> bytes
+    members: list = field(default_factory=list)  # every extension seen, in order (first 20 kept)
+    image_ext: str | None = None
+    problem: str | None = None
+
+    def wants(self, ext: str, options: SourceOptions) -> bool:
+        if ext in IMAGE_EXTS:
+            return self.image_ext is None  # the first image member is the sample's image
+        return ext == options.caption_key or (ext == "json" and options.refs_key is not None)
+
+
+def _sample(s: _Sample, shard: str, options: SourceOptions):
+    key, parts = s.key, s.parts
     where = f"{shard}:{key}"
-    image = next((parts[e] for e in IMAGE_EXTS if e in parts), None)
-    if image is None:
+    if s.problem is not None:
+        return BadItem(key, where, "", "", where, s.problem)
+    if s.image_ext is None:
         return BadItem(key, where, "", "", where, f"no image ({'/'.join(IMAGE_EXTS)}) in the sample; "
-                                                  f"members: {sorted(parts)}")
+                                                  f"members: {sorted(set(s.members))}")
+    image = parts[s.image_ext]
     if options.caption_key not in parts:
         return BadItem(key, where, "", "", where, f"no .{options.caption_key} caption in the sample; "
-                                                  f"members: {sorted(parts)}")
+                                                  f"members: {sorted(set(s.members))}")
     try:
         caption = parts[options.caption_key].decode("utf-8")
     except UnicodeDecodeError:
@@ -67,23 +169,26 @@ def _sample(key: str, parts: dict[str, bytes], shard: str, options: SourceOption
     if options.refs_key is not None:
         try:
             meta = json.loads(parts.get("json", b"{}"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # malformed, not UTF-8, nested too deep, a 5000-digit number
             return BadItem(key, where, caption, "", where, ".json metadata is not valid JSON")
         got = meta.get(options.refs_key) if isinstance(meta, dict) else None
         if isinstance(got, str):
             got = [got]
-        if not isinstance(got, list):
+        if not isinstance(got, list) or not all(isinstance(r, str) for r in got):
             return BadItem(key, where, caption, "", where,
-                           f"no list {options.refs_key!r} of references in the sample's .json")
+                           f"no list {options.refs_key!r} of reference strings in the sample's .json")
         refs = tuple(got)
     return Record(key, ImageRef(name=where, data=image), caption, refs, "", where)
 
 
 def read_tar_shard(path: str, *, name: str, options: SourceOptions = SourceOptions()) -> Iterator:
     """Items of one tar shard, in archive order (see the module docstring)."""
-    key, parts = None, {}
+    cur: _Sample | None = None
     last = None
+    limit = options.max_member_bytes
     try:
+        if not os.path.isfile(path):  # a FIFO or device would block or never end
+            raise InputError(path, "not a regular file (a WebDataset shard must be a .tar file)")
         f = open(path, "rb")
     except OSError as e:
         raise InputError(path, f"cannot open WebDataset shard ({e.strerror or e})") from None
@@ -97,24 +202,38 @@ def read_tar_shard(path: str, *, name: str, options: SourceOptions = SourceOptio
                 if not member.isfile():
                     continue
                 k, ext = _split(member.name)
-                if k != key:
-                    if key is not None:
-                        yield _sample(key, parts, path, options)
-                        last = key
-                    key, parts = k, {}
-                parts[ext] = tf.extractfile(member).read()
-        except (tarfile.TarError, EOFError, OSError) as e:
-            if key is not None and options.caption_key in parts and any(e in parts for e in IMAGE_EXTS):
-                yield _sample(key, parts, path, options)  # its image and caption were read in full
-            elif key is not None:
-                yield BadItem(key, f"{path}:{key}", "", "", f"{path}:{key}",
+                if cur is None or k != cur.key:
+                    if cur is not None:
+                        yield _sample(cur, path, options)
+                        last = cur.key
+                    cur = _Sample(k)
+                if len(cur.members) < 20:
+                    cur.members.append(ext)
+                if cur.problem is not None or not cur.wants(ext, options):
+                    continue  # never read: skipped in the stream
+                if ext in cur.parts:
+                    cur.problem = f"two .{ext} members in one sample (ambiguous); expected one per extension"
+                    continue
+                if member.size > limit:
+                    cur.problem = (f"member {member.name} declares {member.size:,} bytes, over the "
+                                   f"{limit:,}-byte limit (max_member_bytes); not read")
+                    continue
+                cur.parts[ext] = tf.extractfile(member).read()
+                if ext in IMAGE_EXTS:
+                    cur.image_ext = ext
+        except (tarfile.TarError, EOFError, OSError, ValueError) as e:
+            if cur is not None and (cur.problem is not None
+                                    or options.caption_key in cur.parts and cur.image_ext is not None):
+                yield _sample(cur, path, options)  # its image and caption were read in full
+            elif cur is not None:
+                yield BadItem(cur.key, f"{path}:{cur.key}", "", "", f"{path}:{cur.key}",
                               "sample cut off by a truncated tar archive")
-            yield _truncated(path, key or last, str(e))
+            yield _truncated(path, cur.key if cur else last, str(e))
             return
-        if key is not None:
-            yield _sample(key, parts, path, options)
+        if cur is not None:
+            yield _sample(cur, path, options)
         if not _compressed(path) and f.seek(0, os.SEEK_END) < tf.offset + 2 * tarfile.BLOCKSIZE:
-            yield _truncated(path, key, "no end-of-archive marker")
+            yield _truncated(path, cur.key if cur else None, "no end-of-archive marker")
 
 
 def _compressed(path: str) -> bool:

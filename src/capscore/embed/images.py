@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import stat
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,8 @@ MAX_PIXELS = 89_478_485
 #: to the model's input size (e.g. 224) before cropping, so a 1x100000 strip would be blown up to
 #: 224x22.4M pixels; 50:1 keeps that intermediate image below ~2.5 MP.
 MAX_ASPECT = 50
+#: Largest image file read into memory, in bytes (1 GiB); checked with stat before the file is opened.
+MAX_FILE_BYTES = 2**30
 
 
 def check_dimensions(size: tuple[int, int], where: str) -> None:
@@ -116,11 +120,17 @@ class ImageRef:
         if self.data is not None:  # same key as the same bytes read from a file
             return "sha256:" + hashlib.sha256(self.data).hexdigest(), self.data
         try:
+            st = os.stat(self.path)  # before opening: opening a FIFO blocks, /dev/zero never ends
+            if not stat.S_ISREG(st.st_mode):
+                raise InputError(self.where(), "not a regular file (a FIFO, device or folder); expected an image file")
+            if st.st_size > MAX_FILE_BYTES:
+                raise InputError(self.where(), f"image file is {st.st_size:,} bytes, over the {MAX_FILE_BYTES:,}-byte "
+                                               "limit (capscore.embed.images.MAX_FILE_BYTES)")
             data = self.path.read_bytes()
         except FileNotFoundError:
             raise InputError(self.where(), "image file not found") from None
-        except OSError as e:
-            raise InputError(self.where(), f"cannot read image file ({e.strerror or e})") from None
+        except (OSError, ValueError) as e:  # ValueError: a path with a NUL byte
+            raise InputError(self.where(), f"cannot read image file ({getattr(e, 'strerror', None) or e})") from None
         return "sha256:" + hashlib.sha256(data).hexdigest(), data
 
     def decode(self, payload: bytes | Image.Image, *, convert_rgb: bool = True) -> Image.Image:

@@ -53,9 +53,12 @@ class CaptionScore(Metric):
                  backbone_device: str | None = None, dtype: str = "fp32", cache=None, batch_size: int = 64,
                  seed: int = 0, context_length: int | None = None, **kwargs):
         super().__init__(**kwargs)
+        from capscore import validate
         from capscore.scores.clipscore import resolve_prefix
         from capscore.scores.metric import get_metric
 
+        validate.check_options("CaptionScore", batch_size=batch_size, seed=seed, context_length=context_length,
+                               prefix=prefix, dtype=dtype)
         get_metric(metric).formula("image")  # an unknown name, or a video-only metric, fails here
         if "corpus" in get_metric(metric).needs("image"):  # a running mean of per-update values would be wrong
             raise CapscoreError(f"CaptionScore keeps a running mean; {metric}'s values depend on the whole evaluated "
@@ -80,8 +83,10 @@ class CaptionScore(Metric):
         return self._encoder
 
     def update(self, images, captions, refs=None) -> None:
+        from capscore import validate
         from capscore.api import score
 
+        validate.check_update_args(images, captions, refs)
         if isinstance(captions, str):
             captions = [captions]
         values = score(images, captions, refs, model=self.encoder, metric=self.metric_name, prefix=self.prefix)
@@ -91,4 +96,12 @@ class CaptionScore(Metric):
         self.count += len(values)
 
     def compute(self) -> torch.Tensor:
-        return (self.score_sum / self.count.clamp(min=1)).to(torch.float32)
+        """The mean score; NaN with a warning when nothing was scored (capscore.validate's choice)."""
+        if int(self.count) == 0:
+            import warnings
+
+            from capscore.validate import empty_compute_warning
+
+            warnings.warn(empty_compute_warning(), UserWarning, stacklevel=2)
+            return torch.tensor(float("nan"), dtype=torch.float32, device=self.score_sum.device)
+        return (self.score_sum / self.count).to(torch.float32)

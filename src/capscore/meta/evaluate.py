@@ -300,9 +300,11 @@ def _result(ds, spec, encoder, prefix, n, stats, skipped, seed, n_resamples, par
 
 
 # ------------------------------------------------------------------------------------ external scores
-def read_scores(path, *, column: str = "score", id_column: str = "id") -> tuple[dict[str, float], dict[str, int]]:
+def read_scores(path, *, column: str = "score", id_column: str = "id",
+                error_ids: set | None = None) -> tuple[dict[str, float], dict[str, int]]:
     """A ``capscore score`` output (JSONL/CSV/Parquet with ``id`` and ``score``; rows with an empty
-    score — an ``error`` row — are counted, not used) -> (id -> score, skipped counts)."""
+    score — an ``error`` row — are counted, not used) -> (id -> score, skipped counts).
+    ``error_ids``, when given, receives the ids of those error rows."""
     path = Path(path).expanduser()
     if not path.exists():
         raise InputError(str(path), "scores file not found")
@@ -324,6 +326,8 @@ def read_scores(path, *, column: str = "score", id_column: str = "id") -> tuple[
         ident = str(row[id_column])
         if row[column] in (None, ""):
             skipped["no score (error row)"] = skipped.get("no score (error row)", 0) + 1
+            if error_ids is not None:
+                error_ids.add(ident)
             continue
         value = _number(row[column], where, repr(column))
         if not math.isfinite(value):
