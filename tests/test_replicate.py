@@ -1,4 +1,4 @@
-"""benchmarks/replicate.py: the smoke mode runs end to end and writes a table with intervals."""
+"""experiments/replicate.py: the smoke mode runs end to end and writes a table with intervals."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_spec = importlib.util.spec_from_file_location("replicate", Path(__file__).parents[1] / "benchmarks" / "replicate.py")
+_spec = importlib.util.spec_from_file_location("replicate", Path(__file__).parents[1] / "experiments" / "replicate.py")
 rep = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(rep)
 
@@ -40,7 +40,7 @@ def test_smoke_writes_a_table(tmp_path):
         mean = float(cells[5])
         lo, hi = map(float, re.findall(r"-?\d+\.\d+", cells[6]))
         assert 0.0 <= mean <= 1.0 and lo <= mean + 1e-9 and hi >= mean - 1e-9
-    assert "Command: `python benchmarks/replicate.py --smoke" in text
+    assert "Command: `python experiments/replicate.py --smoke" in text
 
 
 def test_smoke_abe_and_lgip_sections(tmp_path):

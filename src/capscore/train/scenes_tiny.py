@@ -50,14 +50,14 @@ Its output folder holds the two bundled files, ``scenes-tiny.safetensors`` and `
   two shapes apart is proportional to how far the *other* tower already tells them apart, colour, size
   and pattern are learnt first, and shape sensitivity of the text tower *falls* below its random init
   (feature suppression; Chen et al. 2021, "Intriguing Properties of Contrastive Losses"). Fixed caption
-  embeddings act as the supervised control's fixed labels (``benchmarks/scenes_shape.py --contrastive
+  embeddings act as the supervised control's fixed labels (``experiments/scenes_shape.py --contrastive
   ... --lock-text``). The image tower is locked instead in LiT (Zhai et al. 2022); locking the
   text tower for a warm-up is this recipe's choice, not a paper's;
 * **single-object curriculum** (``single_object_steps`` = N, default 0): the first N micro-batches
   (steps × ``--accum``) hold single-object scenes only (their negatives: the kinds above that apply to
   one object), then the usual 1–6 objects. Why: with the text tower locked, the image tower learns shape
   from single objects within 200 steps but not from scenes of 1–6 objects, where colour, count and
-  position already tell the captions apart (``benchmarks/scenes_shape.py --contrastive ... --objects 1 6
+  position already tell the captions apart (``experiments/scenes_shape.py --contrastive ... --objects 1 6
   --lock-text``). Curriculum learning (Bengio et al. 2009) is the idea; the split is this recipe's choice.
   Measured on v3 (docs/scenes.md § Why shape is not learned; one seed each), shape on minimal image
   pairs 0.26 / 0.37 → 0.48 / 0.51 with both at 300 (only the image tower learns shape before the full

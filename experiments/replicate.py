@@ -33,17 +33,17 @@ Experiments (see each function's docstring):
            (``--train-scenes``) in three arms (control λ = 0, the paper's λ = 0.05, ×10) with equal
            steps; Kendall τ-b / τ-c of cos against the oracle F1 of graded captions, and R@1.
 
-    python benchmarks/replicate.py --smoke --experiment abe lgip --out /tmp/rep.md      # random tiny models
-    python benchmarks/replicate.py --experiment lgip abe --model ckpt:runs/scenes-tiny-v2/model.safetensors \
+    python experiments/replicate.py --smoke --experiment abe lgip --out /tmp/rep.md      # random tiny models
+    python experiments/replicate.py --experiment lgip abe --model ckpt:runs/scenes-tiny-v2/model.safetensors \
         ckpt:runs/scenes-tiny-v2-global/model.safetensors openclip:scenes-tiny-v2 --seeds 0 1 2 --n 500 \
         --out docs/replications.md
-    python benchmarks/replicate.py --experiment prmcs --model scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --experiment prmcs --model scenes-tiny --seeds 0 1 2 --n 500 \
         --distill-steps 150 --train-steps 150 --work runs/replicate --out rep-prmcs.md      # ~35 min
-    python benchmarks/replicate.py --experiment specs --model scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --experiment specs --model scenes-tiny --seeds 0 1 2 --n 500 \
         --distill-steps 100 --train-steps 100 --work runs/replicate --out rep-specs.md
-    python benchmarks/replicate.py --experiment specs-grid --model scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --experiment specs-grid --model scenes-tiny --seeds 0 1 2 --n 500 \
         --distill-steps 100 --train-steps 100 --work runs/replicate --out rep-specs-grid.md  # reuses specs's start
-    python benchmarks/replicate.py --experiment pacs --model openclip:scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --experiment pacs --model openclip:scenes-tiny --seeds 0 1 2 --n 500 \
         --train-scenes 128 --train-steps 300 --batch-size 32 --lr 1e-3 --work runs/replicate --out rep-pacs.md
 """
 from __future__ import annotations
@@ -252,7 +252,7 @@ def _specificity_items(scenes, seed: int, *, pairs: list | None = None):
     the true unit k+1 made false about the image (one colour / shape / count / region / total changed,
     or a relation reversed: ``capscore.scenes.captions._corrupt``), so P_k + wrong and P_{k+1} differ in
     exactly one false fact (SPECS §3.2: the wrong detail must not be true of the image). ``pairs``, when
-    given, receives each scene's (true units, wrong units) as structured units (``benchmarks/specs_by_kind.py``)."""
+    given, receives each scene's (true units, wrong units) as structured units (``experiments/specs_by_kind.py``)."""
     from capscore.probes.formats import ProbeItem
     from capscore.scenes.lexicon import realise
 
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
                  lr=a.lr, work=a.work)
     if a.n < 2:
         ap.error("--n must be >= 2")
-    command = "python benchmarks/replicate.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/replicate.py " + " ".join(argv if argv is not None else sys.argv[1:])
     parts = []
     for experiment in a.experiment:
         rows = run(experiment, a.model, a.seeds, a.n, a.eval_seed)

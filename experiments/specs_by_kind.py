@@ -6,7 +6,7 @@ mention, a region changed ("where"), or a relation reversed. This script scores 
 scenes and triplets (``replicate._specificity_items``) and prints, per arm and kind, SR_neg (the share of
 triplets where θ(c_k) > θ(c_k + d⁻)) and the mean gap θ(c_k) − θ(c_k + d⁻), per seed and over seeds.
 
-    python benchmarks/specs_by_kind.py --work runs/replicate-v4 --seeds 0 1 2 --n 500
+    python experiments/specs_by_kind.py --work runs/replicate-v4 --seeds 0 1 2 --n 500
 """
 from __future__ import annotations
 
