@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--work", default="runs/replicate", help="replicate.py's --work folder")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--eval-seed", type=int, default=12345)
+    ap.add_argument("--eval-seed", type=int, default=rep.EVAL_SEED, help="replicate.py's --eval-seed")
     args = ap.parse_args()
     total: dict = defaultdict(lambda: defaultdict(list))
     for seed in args.seeds:
