@@ -1,4 +1,4 @@
-"""SR_neg of the SPECS replication split by the kind of false fact (docs/replications.md, "By kind of false fact").
+"""SR_neg of the SPECS replication split by the kind of false fact (docs/research/replications-log.md, "By kind of false fact").
 
 ``replicate.py``'s SR_neg pools every controlled wrong unit: a colour, count or shape changed in an object
 mention, a region changed ("where"), or a relation reversed. This script scores the runs that
