@@ -114,7 +114,7 @@ def _load(spec: str, seed: int):
     return Encoder(bb, cache=MemoryCache())
 
 
-def flips(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def flips(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     from capscore.scenes import generate_scenes, render_size
     from capscore.scenes.evaluate import flip_items
 
@@ -132,8 +132,6 @@ def flips(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
 
 ABE_KS = (1, 3, 5, 8, 10)
 ABE_KINDS = {"swap": "attribute_swap", "relation": "relation", "color": "color"}
-
-
 ABE_SPLIT = ["heldout"]  # set by --abe-split; the paper evaluates on combinations its model never trained on
 
 
