@@ -1,4 +1,4 @@
-"""ABE-CLIP on synthetic scenes: attribute-swap and colour-flip accuracy against global CLIP-S (issue 5).
+"""ABE-CLIP on synthetic scenes: attribute-swap and colour-flip accuracy against global CLIP-S.
 
 For each generated scene (``capscore.scenes``) two controlled errors are drawn:
 

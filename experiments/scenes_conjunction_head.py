@@ -1,4 +1,4 @@
-"""Does a supervised conjunction head teach the global image embedding to bind? (issue 11, an experiment)
+"""Does a supervised conjunction head teach the global image embedding to bind?
 
 The bundled scenes-tiny misses its seen shape and hallucination targets on *bound* items, where only
 knowing which colour sits on which shape tells the captions apart (docs/scenes.md § Perception or

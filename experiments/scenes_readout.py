@@ -1,4 +1,4 @@
-"""Does another read-out of the towers let the global cosine bind? (issue 11, experiments)
+"""Does another read-out of the towers let the global cosine bind?
 
 docs/scenes.md § Perception or binding, "Is the binding there to read?": in the bundled scenes-tiny both
 towers' global embeddings hold which colour sits on which shape, but only a non-linear read-out finds it

@@ -1,4 +1,4 @@
-"""Can a scenes model's image tower see shapes? Two diagnostics for issue 11's shape-flip gap.
+"""Can a scenes model's image tower see shapes? Diagnostics for the shape-flip gap.
 
 1. Linear probe on frozen features: single-object scenes (``generate_scenes(..., min_objects=1,
    max_objects=1, split="all")``, drawn at the model's input size), the global image embedding and the
