@@ -1,4 +1,4 @@
-"""benchmarks/scenes_binding.py: its global column is `scenes eval`'s accuracy, its local column ABE's
+"""experiments/scenes_binding.py: its global column is `scenes eval`'s accuracy, its local column ABE's
 local score, and its retrieval part `scenes eval`'s R@1 — recomputed here by other paths."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 _spec = importlib.util.spec_from_file_location(
-    "scenes_binding", Path(__file__).parents[1] / "benchmarks" / "scenes_binding.py")
+    "scenes_binding", Path(__file__).parents[1] / "experiments" / "scenes_binding.py")
 sb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sb)
 

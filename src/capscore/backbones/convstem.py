@@ -11,7 +11,7 @@ eval modes compute the same function.
 
 Why capscore has it: trained only to classify the shape of single-object scenes, the patchify ViT
 of ``scenes-tiny-v2`` reaches 0.66 held-out accuracy after 200 steps, the same tower with this stem
-0.92 (docs/scenes.md, ``benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v3``).
+0.92 (docs/scenes.md, ``experiments/scenes_shape.py --supervised openclip:scenes-tiny-v3``).
 
 open_clip's JSON configs cannot express a stem, so the architectures that have one are listed in
 :data:`CONV_STEMS` (open_clip name -> channels of the 3×3 convolutions); every place capscore builds

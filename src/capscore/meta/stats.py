@@ -49,6 +49,11 @@ groups resampled for ``sample_tau``, pairs resampled *within* each category for
 the mean of per-category accuracies (a stratified bootstrap). A resample on which
 the statistic is undefined (e.g. constant) yields NaN; if any does, the interval is
 not reported (``None``) rather than silently computed from the rest.
+
+``hierarchical_bootstrap`` is the interval for a mean over *training runs* (top-level units, e.g.
+seeds) of per-run means over items that come in clusters (all items of one image): resample the
+runs, then the clusters within each drawn run, with the run effects shrunk so that the bootstrap
+variance is not inflated by counting the item noise twice (Davison & Hinkley 1997, §3.8).
 """
 from __future__ import annotations
 
@@ -356,3 +361,124 @@ def outcome_stats(outcomes, categories: Sequence[str] | None = None, *, order: S
     res.append(Stat("mean", float(np.mean([r.value for r in res])), mean_ci, int(out.size),
                     "unweighted mean of the category accuracies"))
     return res
+
+
+# ------------------------------------------------------------------------------------ hierarchical
+@dataclass(frozen=True)
+class HierarchicalCI:
+    """A mean over top-level units (training runs) of per-unit item means, with its hierarchical
+    bootstrap interval and standard error, and the variance components it was built from."""
+
+    estimate: float
+    low: float
+    high: float
+    se: float
+    units: int
+    clusters: int
+    items: int
+    between: float  # B: sample variance (ddof 1) of the unit means; NaN with one unit
+    within: float  # W: mean over units of the estimated variance of a unit's mean over its clusters
+    shrink: float  # c: factor applied to the unit effects (1 = none)
+
+
+def _unit(values, clusters, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cluster totals and sizes of unit ``k`` (a cluster = all items with one label)."""
+    v = _vector(values, f"values of unit {k}")
+    if v.size == 0:
+        raise CapscoreError(f"unit {k} has no items")
+    if clusters is None:
+        return v, np.ones_like(v)
+    labels = np.asarray(clusters)
+    if labels.shape != v.shape:
+        raise CapscoreError(f"unit {k}: clusters and values differ in length: {labels.size} vs {v.size}")
+    _, inv = np.unique(labels, return_inverse=True)
+    return np.bincount(inv, weights=v), np.bincount(inv).astype(float)
+
+
+def hierarchical_bootstrap(values: Sequence, clusters: Sequence | None = None, *, n_resamples: int = 2000,
+                           seed: int = 0, confidence: float = 0.95, adjust: bool = True) -> HierarchicalCI:
+    """Two-stage percentile bootstrap of the mean over units of per-unit item means.
+
+    ``values[s]`` are the item values of top-level unit ``s`` (one training run, e.g. one seed);
+    ``clusters[s]`` (optional) labels each item with its cluster (the image it belongs to; items of
+    one cluster are not independent and are resampled together). Without ``clusters`` every item is
+    its own cluster. The estimate is ``mean_s(m_s)`` with ``m_s`` unit ``s``'s mean over its items
+    (units weigh equally, items within a unit equally).
+
+    One resample draws ``S`` units with replacement and, for each drawn unit independently, its
+    ``n_s`` clusters with replacement (all items of a drawn cluster come along); the unit's value is
+    the item mean of the drawn clusters. Resampling at both stages counts the item noise twice: the
+    spread of the unit means already contains it. For equal cluster sizes the plain scheme
+    (``adjust=False``) has bootstrap variance
+
+        ((S − 1)/S²)·B + (1/S)·mean_s((n_s − 1)/n_s · W_s),
+
+    with ``B`` the sample variance (ddof 1) of the unit means, whose expectation is σ²_unit + σ²_c/n,
+    and ``W_s`` = s²_c/n_s the unbiased variance of unit ``s``'s mean over its clusters. So it
+    understates the run-to-run part by (S − 1)/S and adds the item part a second time.
+    ``adjust=True`` (the default) follows Davison & Hinkley (1997, §3.8, the adjusted two-stage
+    scheme): the unit effects are shrunk, ``m + c·(m_s − m)`` with
+    ``c² = S/(S − 1)·max(0, 1 − W/B)`` (``W`` = mean of the ``W_s``), and each unit's
+    within-resample deviation is scaled by ``sqrt(n_s/(n_s − 1))``; the bootstrap variance is then
+
+        max(B, W) / S,
+
+    i.e. ``B/S`` — the unbiased estimate of the variance of the grand mean under the one-way
+    random-effects model — unless the units agree more closely than their items alone predict, when
+    the item part ``W/S`` is the floor. With one unit (a single trained model) it is the cluster
+    bootstrap of that unit's mean, variance ``W_1``. For unequal cluster sizes ``W_s`` is the
+    linearised variance of the ratio mean, n/(n − 1)·Σ(t_i − m_s·k_i)²/(Σk_i)² (totals ``t_i``,
+    sizes ``k_i``); the identities above then hold to first order.
+
+    The interval is the ``confidence`` percentile interval of the resampled means; ``se`` their
+    standard deviation. With few units the percentile interval is about a normal interval with a
+    variance estimated on S − 1 degrees of freedom: for S = 3 a nominal 95 % interval covers about
+    81 % when the run-to-run part dominates (P(|t₂| ≤ 1.96)); read it beside a Student-t interval
+    over the unit means. A unit with one cluster contributes no within-unit resampling (W_s = 0).
+    """
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype != object:
+        raise CapscoreError("The 'values' parameter of hierarchical_bootstrap must be a sequence of arrays, "
+                            "one per unit; got one flat array instead (wrap it in a list for one unit).")
+    if len(values) == 0:
+        raise CapscoreError("The 'values' parameter of hierarchical_bootstrap must hold at least one unit; got none.")
+    if clusters is not None and len(clusters) != len(values):
+        raise CapscoreError(f"The 'clusters' parameter of hierarchical_bootstrap must give one label array per "
+                            f"unit; got {len(clusters)} for {len(values)} units.")
+    if not 0 < confidence < 1:
+        raise CapscoreError(f"The 'confidence' parameter of hierarchical_bootstrap must be in (0, 1); "
+                            f"got {confidence!r} instead.")
+    if n_resamples < 2:
+        raise CapscoreError(f"The 'n_resamples' parameter of hierarchical_bootstrap must be at least 2; "
+                            f"got {n_resamples!r} instead.")
+    units = [_unit(v, None if clusters is None else clusters[k], k) for k, v in enumerate(values)]
+    S = len(units)
+    means = np.array([t.sum() / n.sum() for t, n in units])
+    within = np.array([len(t) / (len(t) - 1) * np.sum((t - m * n) ** 2) / n.sum() ** 2 if len(t) > 1 else 0.0
+                       for (t, n), m in zip(units, means)])
+    grand = float(means.mean())
+    B = float(means.var(ddof=1)) if S > 1 else float("nan")
+    W = float(within.mean())
+    c = 1.0
+    if adjust and S > 1:
+        c = float(np.sqrt(S / (S - 1) * max(0.0, 1.0 - W / B))) if B > 0 else 0.0
+    rng = np.random.default_rng(seed)
+    top = rng.integers(0, S, size=(n_resamples, S))  # the unit drawn into each slot
+    draws = np.empty((n_resamples, S))
+    for s, (t, n) in enumerate(units):
+        rows = np.flatnonzero(top.ravel() == s)
+        if rows.size == 0:
+            continue
+        k = len(t)
+        r = np.sqrt(k / (k - 1)) if adjust and k > 1 else 1.0
+        inner = np.empty(rows.size)
+        step = max(1, 2_000_000 // k)  # bound the index array's memory
+        for a in range(0, rows.size, step):
+            idx = rng.integers(0, k, size=(min(step, rows.size - a), k))
+            inner[a:a + step] = t[idx].sum(1) / n[idx].sum(1) - means[s]
+        draws.ravel()[rows] = grand + c * (means[s] - grand) + r * inner
+    boot = draws.mean(1)
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    return HierarchicalCI(estimate=grand, low=float(lo), high=float(hi), se=float(boot.std(ddof=1)), units=S,
+                          clusters=int(sum(len(t) for t, _ in units)), items=int(sum(n.sum() for _, n in units)),
+                          between=B, within=W, shrink=c)

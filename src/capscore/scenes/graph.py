@@ -204,7 +204,7 @@ class Scene:
     def false_detail_units(self, rng: np.random.Generator, lang: str = "en") -> list[str]:
         """For each detail unit, the same unit made false about this scene: one colour, shape, count,
         region or total changed, or a relation reversed, so that the two differ in exactly one fact (the
-        controlled wrong detail of SPECS' SR_neg in ``benchmarks/replicate.py``, and the specs recipe's
+        controlled wrong detail of SPECS' SR_neg in ``experiments/replicate.py``, and the specs recipe's
         ``negatives=controlled``). Aligned with :meth:`detail_units`; ``rng`` draws which fact changes."""
         from capscore.scenes import captions
         from capscore.scenes.lexicon import realise

@@ -1,22 +1,36 @@
-"""Powered miniature replications (issue 11, part 3) of ABE-CLIP, LGIP, PR-MCS, SPECS and PAC-S.
+"""Miniature replications of ABE-CLIP, LGIP, PR-MCS, SPECS and PAC-S on synthetic scenes.
 
-Each experiment is a function ``(model spec, seed, n, eval seed) -> {metric: per-item values}``; the
-script runs it for every (model, seed), and the table gives, per metric and model, the mean over
-seeds with two 95 % intervals:
+Each experiment is a function ``(model spec, seed, n, eval seed) -> {metric: Items}``: per-item values,
+each labelled with the evaluation image it belongs to. The script runs it for every (model, seed); the
+table gives, per metric and model, the mean over seeds with two 95 % intervals:
 
-* across seeds: Student-t over the per-seed means (``scipy.stats.t``; needs ≥ 2 seeds);
-* across items: percentile bootstrap over evaluation items, resampled within each seed and
-  averaged over seeds (``scipy.stats.bootstrap``, 2000 resamples, seeded).
+* **hierarchical** (the one conclusions rest on): :func:`capscore.meta.stats.hierarchical_bootstrap`,
+  2000 resamples, seeded. Where a seed trains its own model (the training experiments, a random-init
+  spec, or a spec containing ``{seed}``), the training runs are resampled, then the evaluation images
+  within each run, all items of one image together (its flips, paraphrases, triplets, perturbations).
+  Where every seed evaluates the same model, there is one run: the images of all seeds are pooled
+  and resampled, and training-run variance is not in the interval (the table says ``runs = 1``);
+* across seeds: Student-t over the per-seed means (``scipy.stats.t``; needs ≥ 2 seeds), for reference:
+  with three runs it is the wider one (2 degrees of freedom).
 
-A seed changes the evaluation scenes (``eval_seed + seed``) and, for a random-init spec, the weights;
-a trained model is one training run (a spec may contain ``{seed}`` to load one model per seed, e.g.
-``ckpt:runs/v2-s{seed}/model.safetensors``). Scenes are drawn at the model's input size.
+**Evaluation scenes.** Seed ``s`` evaluates on ``generate_scenes(n, seed=eval_seed + s, ...)`` with
+``eval_seed`` = 31000 by default: 31000–31002 for seeds 0–2. The range 31000–31099 is reserved for
+these replications: ``capscore scenes eval`` and the training evaluator (which accepted the bundled
+models) use 12345, training draws its scenes from the training seed (small integers) with the same
+generator, and no test or documentation run uses a seed in that range. An ``--eval-seed`` whose range
+contains 12345 is refused. Scenes are drawn at the model's input size.
+
+**Pre-registered settings.** :data:`HEADLINE` names, per experiment, the rows that test the paper's
+claim in its printed setting (ABE-CLIP: K = 5, ω = 0.3, P = 5, held-out combinations; SPECS α:β:γ =
+1:8:0.8 with the dynamic margin; PR-MCS and PAC-S: the paper's λ). The table marks them; every other
+row (other K, seen combinations, ×10 doses, Table 5's other weights) is sensitivity.
 
 Experiments (see each function's docstring):
 
 ``flips``  correct-vs-flawed accuracy per error kind of global CLIP-S, seen combinations.
 ``abe``    ABE-CLIP ablation rows (global, local, + refinement, + binding difference, full ω = 0.3)
-           and the K sweep {1, 3, 5, 8, 10} on attribute swaps, relation flips and colour flips.
+           and the K sweep {1, 3, 5, 8, 10} on attribute swaps, relation flips and colour flips, on
+           held-out combinations (``--abe-split train`` for seen ones, a sensitivity check).
 ``lgip``   LGIP E_inv, E_sens and PR overall and per flip type on held-out short captions.
 ``specs``  SPECS: per seed, a LongCLIP stretch + long-caption contrastive start, then SPECS vs an
            equal-steps contrastive control; SR_pos / SR_neg / mean on held-out long captions whose
@@ -33,17 +47,16 @@ Experiments (see each function's docstring):
            (``--train-scenes``) in three arms (control λ = 0, the paper's λ = 0.05, ×10) with equal
            steps; Kendall τ-b / τ-c of cos against the oracle F1 of graded captions, and R@1.
 
-    python benchmarks/replicate.py --smoke --experiment abe lgip --out /tmp/rep.md      # random tiny models
-    python benchmarks/replicate.py --experiment lgip abe --model ckpt:runs/scenes-tiny-v2/model.safetensors \
-        ckpt:runs/scenes-tiny-v2-global/model.safetensors openclip:scenes-tiny-v2 --seeds 0 1 2 --n 500 \
-        --out docs/replications.md
-    python benchmarks/replicate.py --experiment prmcs --model scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --smoke --experiment abe lgip --out /tmp/rep.md      # random tiny models
+    python experiments/replicate.py --experiment lgip abe --model scenes-tiny scenes-tiny-v4 \
+        openclip:scenes-tiny-v3 --seeds 0 1 2 --n 500 --out rep-lgip-abe.md
+    python experiments/replicate.py --experiment prmcs --model scenes-tiny --seeds 0 1 2 --n 500 \
         --distill-steps 150 --train-steps 150 --work runs/replicate --out rep-prmcs.md      # ~35 min
-    python benchmarks/replicate.py --experiment specs --model scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --experiment specs --model scenes-tiny --seeds 0 1 2 --n 500 \
         --distill-steps 100 --train-steps 100 --work runs/replicate --out rep-specs.md
-    python benchmarks/replicate.py --experiment specs-grid --model scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --experiment specs-grid --model scenes-tiny --seeds 0 1 2 --n 500 \
         --distill-steps 100 --train-steps 100 --work runs/replicate --out rep-specs-grid.md  # reuses specs's start
-    python benchmarks/replicate.py --experiment pacs --model openclip:scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --experiment pacs --model openclip:scenes-tiny --seeds 0 1 2 --n 500 \
         --train-scenes 128 --train-steps 300 --batch-size 32 --lr 1e-3 --work runs/replicate --out rep-pacs.md
 """
 from __future__ import annotations
@@ -52,11 +65,43 @@ import argparse
 import sys
 import time
 import warnings
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
+
+from capscore.meta.stats import hierarchical_bootstrap
+from capscore.scenes.evaluate import EVAL_SEED as _SELECTION_SEED
+
+#: Evaluation scenes of seed s: ``eval_seed + s``; 31000-31099 is used by no selection, test or doc run.
+EVAL_SEED = 31000
+SELECTION_SEED = _SELECTION_SEED  # ``capscore scenes eval`` and the training evaluator select models on it
+
+
+@dataclass(frozen=True)
+class Items:
+    """Per-item values of one metric and seed, each with the evaluation image (cluster) it belongs to."""
+
+    values: np.ndarray
+    clusters: np.ndarray
+
+    def __post_init__(self):
+        if len(self.values) != len(self.clusters):
+            raise ValueError(f"{len(self.values)} values but {len(self.clusters)} cluster labels")
+
+    def __sub__(self, other: "Items") -> "Items":
+        """Per-item difference of two models scored on the same items (a paired difference)."""
+        if not np.array_equal(self.clusters, other.clusters):
+            raise ValueError("a paired difference needs the same items in the same order")
+        return Items(self.values - other.values, self.clusters)
+
+    def where(self, mask) -> "Items":
+        return Items(self.values[mask], self.clusters[mask])
+
+
+def _items(values, clusters) -> Items:
+    return Items(np.asarray(values, float), np.asarray(clusters))
 
 
 def _load(spec: str, seed: int):
@@ -69,7 +114,7 @@ def _load(spec: str, seed: int):
     return Encoder(bb, cache=MemoryCache())
 
 
-def flips(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def flips(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     from capscore.scenes import generate_scenes, render_size
     from capscore.scenes.evaluate import flip_items
 
@@ -80,30 +125,34 @@ def flips(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
     img = enc.encode_images([s.render() for s in scenes])[[index[it["scene"]] for it in items]]
     good = enc.encode_texts([it["correct"] for it in items])
     bad = enc.encode_texts([it["flawed"] for it in items])
-    wins = ((img * good).sum(1) > (img * bad).sum(1)).numpy().astype(float)  # ties count as failures
+    wins = _items(((img * good).sum(1) > (img * bad).sum(1)).numpy(), [it["scene"] for it in items])  # ties fail
     kinds = np.array([it["kind"] for it in items])
-    return {kind: wins[kinds == kind] for kind in dict.fromkeys(kinds)}
+    return {kind: wins.where(kinds == kind) for kind in dict.fromkeys(kinds)}
 
 
 ABE_KS = (1, 3, 5, 8, 10)
 ABE_KINDS = {"swap": "attribute_swap", "relation": "relation", "color": "color"}
+ABE_SPLIT = ["heldout"]  # set by --abe-split; the paper evaluates on combinations its model never trained on
 
 
-def abe(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def abe(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     """ABE-CLIP (paper Tables 1-3) on scenes: pos>neg accuracy per item for global CLIP-S and each
     ablation row of the paper's Table 4 — local alignment (S_base), + semantic refinement (S_refine),
     + binding difference (S_local), full (ω = 0.3) — at K = 5, and the full score for the K sweep
     (Table 3). Items: ``swap`` = two objects exchange colours (ARO-A / SugarCrepe swap-att built
     from scenes; what ABE targets), ``relation`` = a relation flipped (ARO-R-like, ABE does not
     target it), ``color`` = one colour replaced (a sanity row every grounded model passes). Scenes
-    are ``generate_scenes(n, seed=eval_seed + seed, split="train")`` (seen combinations) rendered at
-    the model's input size; one item per (scene, kind) as in ``capscore scenes eval``."""
+    are ``generate_scenes(n, seed=eval_seed + seed, split=ABE_SPLIT[0])``, held-out combinations by
+    default (the paper scores benchmarks its model was not trained on; ``train`` = seen combinations)
+    rendered at the model's input size; one item per (scene, kind) as in ``capscore scenes eval``.
+    The pre-registered row is ``swap: full K=5 − global CLIP-S`` (the paper's setting against its
+    baseline, per item)."""
     from capscore.scenes import generate_scenes, render_size
     from capscore.scenes.evaluate import flip_items
     from capscore.scores.abe import abe_k_sweep, make_config
 
     enc = _load(spec, seed)
-    scenes = generate_scenes(n, seed=eval_seed + seed, split="train", size=render_size(enc))
+    scenes = generate_scenes(n, seed=eval_seed + seed, split=ABE_SPLIT[0], size=render_size(enc))
     images = {s.id: s.render() for s in scenes}
     items = flip_items(scenes, seed=eval_seed + seed, kinds=tuple(ABE_KINDS.values()))
     out = {}
@@ -114,7 +163,8 @@ def abe(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
         cfg = make_config()  # the paper's defaults: P = 5 neighbours, ω = 0.3, full method
         good = abe_k_sweep(enc, imgs, good_txt, ABE_KS, config=cfg)
         bad = abe_k_sweep(enc, imgs, bad_txt, ABE_KS, config=cfg)
-        win = lambda x, y: (x > y).numpy().astype(float)  # noqa: E731  (ties count as failures)
+        ids = [it["scene"] for it in rows]
+        win = lambda x, y: _items((x > y).numpy(), ids)  # noqa: E731  (ties count as failures)
         g, b = good[5], bad[5]
         out[f"{short}: global CLIP-S"] = win(g.global_, b.global_)
         out[f"{short}: local (S_base)"] = win(g.base, b.base)
@@ -122,10 +172,11 @@ def abe(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
         out[f"{short}: + binding diff (S_local)"] = win(g.local, b.local)
         for k in ABE_KS:
             out[f"{short}: full w=0.3 K={k}"] = win(good[k].final, bad[k].final)
+        out[f"{short}: full K=5 − global CLIP-S"] = out[f"{short}: full w=0.3 K=5"] - out[f"{short}: global CLIP-S"]
     return out
 
 
-def lgip(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def lgip(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     """LGIP (Lee, 2025, Table 1) on held-out scenes' short captions: per item, the invariance error
     |s(c) − s(c′)| over paraphrases (E_inv), and per flip the gap s(c) − s(flip) (E_sens) and
     1[s(c) > s(flip)] (PR), overall and per flip type (colour, object = shape word, count); the
@@ -139,17 +190,20 @@ def lgip(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
     scenes = generate_scenes(n, seed=eval_seed + seed, split="heldout", size=render_size(enc))
     items = [ProbeItem(s.id, s.render(), s.short_caption(), f"scene {s.id}") for s in scenes]
     res = R.run_lgip(enc, items, seed=eval_seed + seed, suite="scenes-lgip", lists=_lgip_lists())
-    inv, gaps, types = [], [], []
-    for r in res.rows:
+    inv, inv_ids, gaps, gap_ids, types = [], [], [], [], []
+    for r in res.rows:  # one row per scene: its paraphrases and flips are one cluster
         inv += [abs(r["score"] - p["score"]) for p in r["paraphrases"]]
+        inv_ids += [r["id"]] * len(r["paraphrases"])
         for f in r["flips"]:
             gaps.append(r["score"] - f["score"])
+            gap_ids.append(r["id"])
             types.append(f["type"])
-    gaps, types = np.array(gaps), np.array(types)
-    out = {"E_inv": np.array(inv), "E_sens (all)": gaps, "PR (all)": (gaps > 0).astype(float)}
+    gaps, types = _items(gaps, gap_ids), np.array(types)
+    wins = _items(gaps.values > 0, gap_ids)
+    out = {"E_inv": _items(inv, inv_ids), "E_sens (all)": gaps, "PR (all)": wins}
     for t in dict.fromkeys(types):
-        out[f"E_sens ({t})"] = gaps[types == t]
-        out[f"PR ({t})"] = (gaps[types == t] > 0).astype(float)
+        out[f"E_sens ({t})"] = gaps.where(types == t)
+        out[f"PR ({t})"] = wins.where(types == t)
     return out
 
 
@@ -193,7 +247,7 @@ def _heldout(model: str, seed: int, n: int, eval_seed: int):
     return enc, generate_scenes(n, seed=eval_seed + seed, split="heldout", size=render_size(enc))
 
 
-def _drops_pct(enc, scenes, img, lang: str, seed: int) -> dict[str, np.ndarray]:
+def _drops_pct(enc, scenes, img, lang: str, seed: int) -> dict[str, Items]:
     """Per item 100·(s(o) − s(p)) / mean s(o) with s = max(cos, 0) (the CLIP-S clamp; w cancels): the
     mean over items is the paper's % score drop (Table 2: 1 − mean score(perturbed) / mean score(o))."""
     from capscore.perturb.prmcs import PERTURBATIONS, perturb
@@ -207,11 +261,15 @@ def _drops_pct(enc, scenes, img, lang: str, seed: int) -> dict[str, np.ndarray]:
         pert = [perturb(o, kind, seed=seed + i, ensure_change=True) for i, o in enumerate(orig)]
         keep = [i for i, p in enumerate(pert) if p.ok]
         s_p = (img[keep] * enc.encode_texts([pert[i].text for i in keep])).sum(-1).clamp(min=0).numpy()
-        out[kind] = 100 * (s_o[keep] - s_p) / max(float(s_o[keep].mean()), 1e-6)
+        out[kind] = _items(100 * (s_o[keep] - s_p) / max(float(s_o[keep].mean()), 1e-6), keep)  # cluster: the scene
     return out
 
 
-def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def _concat(parts: list[Items]) -> Items:
+    return Items(np.concatenate([p.values for p in parts]), np.concatenate([p.clusters for p in parts]))
+
+
+def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     """PR-MCS (Kim et al., 2023, §3.1, §3.4, Table 2): from ``spec`` (an English CLIP) per seed,
     ``distill`` steps of multilingual distillation (student text tower ← frozen teacher, languages
     de/fr/es/ja + en), then ``steps`` of fine-tuning from that one student in each arm of
@@ -233,11 +291,13 @@ def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]
         by_kind: dict[str, list] = {}
         for lang in PRMCS_LANGS:
             drops = _drops_pct(enc, scenes, img, lang, eval_seed + seed)
-            out[f"{name}: {lang}, all perturbations"] = np.concatenate(list(drops.values()))
+            out[f"{name}: {lang}, all perturbations"] = _concat(list(drops.values()))
             for kind, v in drops.items():
                 by_kind.setdefault(kind, []).append(v)
         for kind, vs in by_kind.items():
-            out[f"{name}: {kind}, all languages"] = np.concatenate(vs)
+            out[f"{name}: {kind}, all languages"] = _concat(vs)
+    for arm in list(PRMCS_ARMS)[1:]:  # same scenes, captions and perturbations as the control: paired
+        _paired(out, arm, next(iter(PRMCS_ARMS)), "control", [f"{lang}, all perturbations" for lang in PRMCS_LANGS])
     return out
 
 # ----------------------------------------------------------------------------- SPECS
@@ -252,7 +312,7 @@ def _specificity_items(scenes, seed: int, *, pairs: list | None = None):
     the true unit k+1 made false about the image (one colour / shape / count / region / total changed,
     or a relation reversed: ``capscore.scenes.captions._corrupt``), so P_k + wrong and P_{k+1} differ in
     exactly one false fact (SPECS §3.2: the wrong detail must not be true of the image). ``pairs``, when
-    given, receives each scene's (true units, wrong units) as structured units (``benchmarks/specs_by_kind.py``)."""
+    given, receives each scene's (true units, wrong units) as structured units (``experiments/specs_by_kind.py``)."""
     from capscore.probes.formats import ProbeItem
     from capscore.scenes.lexicon import realise
 
@@ -283,7 +343,7 @@ def _specs_start(spec: str, seed: int) -> tuple[Path, str]:
     return work, _train("contrastive", spec, work / "long", seed, TRAIN["distill"], "stretch=1", extra=SPECS_OPTIM)
 
 
-def _specs_rates(models: dict[str, str], seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def _specs_rates(models: dict[str, str], seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     """SR_pos (adding a true unit raises the score) and SR_neg (adding a false one lowers it) per triplet
     (SPECS eqs. 1-2), and their mean per image, of each model on ``n`` held-out scenes' long captions
     with controlled wrong units (:func:`_specificity_items`); and SR_neg with the paper's kind of
@@ -296,29 +356,33 @@ def _specs_rates(models: dict[str, str], seed: int, n: int, eval_seed: int) -> d
         enc, scenes = _heldout(m, seed, n, eval_seed)
         items, units = _specificity_items(scenes, eval_seed + seed)
         rows = run_specificity(enc, items, units=units, seed=eval_seed + seed).rows
-        pos, neg, per_image = [], [], []
-        for r in rows:
+        pos, neg, per_image, pos_ids, neg_ids, img_ids = [], [], [], [], [], []
+        for r in rows:  # the triplets of one image are one cluster
             ps, ws = r["prefix_scores"], r["wrong_scores"]
             p = [float(ps[k + 1] > ps[k]) for k in range(len(ps) - 1)]
             q = [float(ps[k] > w) for k, w in enumerate(ws) if w is not None]
             pos += p
             neg += q
+            pos_ids += [r["id"]] * len(p)
+            neg_ids += [r["id"]] * len(q)
             if p and q:
                 per_image.append((np.mean(p) + np.mean(q)) / 2)
-        out[f"{name}: SR_pos (triplets)"] = np.array(pos)
-        out[f"{name}: SR_neg (triplets)"] = np.array(neg)
-        out[f"{name}: SR mean (per image)"] = np.array(per_image)
+                img_ids.append(r["id"])
+        out[f"{name}: SR_pos (triplets)"] = _items(pos, pos_ids)
+        out[f"{name}: SR_neg (triplets)"] = _items(neg, neg_ids)
+        out[f"{name}: SR mean (per image)"] = _items(per_image, img_ids)
         # The paper's kind of negative, for comparison: d⁻ = a unit of another held-out scene's caption
         # (run_specificity's own rule for items without wrong units; SPECS §4.3 builds its training
         # negatives from other pairs of the batch) -- mostly false of the image, rarely a minimal edit.
         other = [replace(it, wrong_units=None) for it in items]
         rows = run_specificity(enc, other, units=units, seed=eval_seed + seed).rows
-        out[f"{name}: SR_neg, another scene's unit (triplets)"] = np.array(
-            [float(r["prefix_scores"][k] > w) for r in rows for k, w in enumerate(r["wrong_scores"]) if w is not None])
+        pairs = [(float(r["prefix_scores"][k] > w), r["id"]) for r in rows for k, w in enumerate(r["wrong_scores"])
+                 if w is not None]
+        out[f"{name}: SR_neg, another scene's unit (triplets)"] = _items([v for v, _ in pairs], [i for _, i in pairs])
     return out
 
 
-def _paired(out: dict[str, np.ndarray], arm: str, control: str, label: str, metrics) -> None:
+def _paired(out: dict[str, Items], arm: str, control: str, label: str, metrics) -> None:
     """Add ``{arm} − {label}: {metric}`` = arm minus control per item, for each metric: both were scored
     on the same items of a seed, so the difference removes the variance the seed's items share."""
     for metric in metrics:
@@ -329,7 +393,7 @@ SR_METRICS = ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)",
               "SR_neg, another scene's unit (triplets)")
 
 
-def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     """SPECS (Chen et al., 2025, §3.2 SR, §3.3 loss, Table 1): per seed, the shared start
     (:func:`_specs_start`), then ``steps`` of SPECS vs ``steps`` of the same contrastive training (the
     control: same data, seed, steps, optimiser). Measured by :func:`_specs_rates`, plus SPECS minus the
@@ -365,7 +429,7 @@ ALL_GRID_ROWS = tuple(_grid_tag(v) for v in list(SPECS_GRID.values())[1:])
 GRID_ROWS = list(ALL_GRID_ROWS)  # rows to train (set by --grid-rows); the paper's is always trained
 
 
-def specs_grid(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def specs_grid(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     """SPECS Table 5 (§5.3: loss weights α:β:γ ∈ {1:8:0.8, 1:8:0.6, 1:9:0.8}; loss type: the dynamic
     margin vs a fixed ε = 1e-3) at miniature scale: ``steps`` of SPECS per row of :data:`SPECS_GRID` from
     the shared start of :func:`_specs_start` (the paper's row reuses ``specs``'s SPECS run), measured by
@@ -394,7 +458,7 @@ PACS_BLOCK = 25  # held-out scenes per τ block (× graded captions each)
 PACS_GRADED = 4  # graded captions per held-out scene
 
 
-def pacs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
+def pacs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     """PAC-S (Sarto et al., 2023, §3 eq. 2; Table 1's τ-b / τ-c against human judgments) in a low-data
     regime: from ``spec`` — meant to be a model that does not know scenes, e.g. the random-init
     ``openclip:scenes-tiny`` (``--seed`` seeds the weights) — ``steps`` of training on a small real set
@@ -425,11 +489,12 @@ def pacs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, np.ndarray]:
         f1 = np.array([o.f1 for g in graded for _, o in g])
         k = min(PACS_BLOCK, n) * PACS_GRADED
         blocks = [slice(i, i + k) for i in range(0, len(f1) - k + 1, k)]
-        for variant in ("b", "c"):
-            out[f"{name}: oracle τ-{variant}"] = np.array(
-                [kendalltau(cos[b], f1[b], variant=variant).statistic for b in blocks])
+        for variant in ("b", "c"):  # one value per block of scenes: the block is the cluster
+            out[f"{name}: oracle τ-{variant}"] = _items(
+                [kendalltau(cos[b], f1[b], variant=variant).statistic for b in blocks], range(len(blocks)))
         short = enc.encode_texts([s.short_caption() for s in scenes])
-        out[f"{name}: R@1 image→text"] = ((img @ short.T).argmax(1).numpy() == np.arange(n)).astype(float)
+        out[f"{name}: R@1 image→text"] = _items((img @ short.T).argmax(1).numpy() == np.arange(n),
+                                                [s.id for s in scenes])
     # every arm is scored on the same scenes, captions and τ blocks of a seed (a random-init start
     # differs a lot between seeds, which the paired difference removes)
     for arm in list(PACS_ARMS)[1:]:
@@ -441,6 +506,17 @@ EXPERIMENTS = {"flips": flips, "abe": abe, "lgip": lgip, "prmcs": prmcs, "specs"
                "specs-grid": specs_grid, "pacs": pacs}
 
 
+#: Per experiment, the rows that test the paper's claim in its printed setting; every other row is sensitivity.
+HEADLINE = {
+    "abe": ("swap: full K=5 − global CLIP-S", "swap: full w=0.3 K=5", "swap: global CLIP-S"),
+    "lgip": ("E_inv", "E_sens (all)", "PR (all)"),
+    "prmcs": tuple(f"{list(PRMCS_ARMS)[1]} − control: {lang}, all perturbations" for lang in PRMCS_LANGS),
+    "specs": tuple(f"+ SPECS − control: {m}" for m in SR_METRICS[:3]),
+    "pacs": (f"{list(PACS_ARMS)[1]} − control: oracle τ-b",),
+}
+TRAINS = frozenset({"prmcs", "specs", "specs-grid", "pacs"})  # every seed trains its own models
+
+
 def seed_interval(means: list[float]) -> tuple[float, float]:
     """95 % Student-t interval of the mean of per-seed values."""
     m = np.asarray(means, float)
@@ -450,19 +526,27 @@ def seed_interval(means: list[float]) -> tuple[float, float]:
     return float(m.mean() - half), float(m.mean() + half)
 
 
-def item_interval(per_seed: list[np.ndarray], *, seed: int = 0) -> tuple[float, float]:
-    """95 % percentile-bootstrap interval over items, each seed resampled separately, then averaged."""
-    lows, highs = [], []
-    for k, x in enumerate(per_seed):
-        if len(x) < 2 or np.all(x == x[0]):
-            lows.append(float(np.mean(x)))
-            highs.append(float(np.mean(x)))
-            continue
-        ci = stats.bootstrap((x,), np.mean, n_resamples=2000, method="percentile",
-                             random_state=np.random.default_rng([seed, k])).confidence_interval
-        lows.append(float(ci.low))
-        highs.append(float(ci.high))
-    return float(np.mean(lows)), float(np.mean(highs))
+def weights_vary(experiment: str, spec: str) -> bool:
+    """Whether each seed evaluates its own training run: the experiment trains per seed, the spec names
+    one model per seed (``{seed}``), or the spec's weights depend on the seed (a random init)."""
+    if experiment in TRAINS or "{seed}" in spec:
+        return True
+    return _load(spec, 0).backbone.identity != _load(spec, 1).backbone.identity
+
+
+def summarise(per_seed: list[Items], *, runs_vary: bool, seed: int = 0) -> dict:
+    """Mean over seeds, the hierarchical interval (runs, then images within a run; one pooled run when
+    the seeds share one model) and the Student-t interval over the per-seed means."""
+    per_seed = [x for x in per_seed if len(x.values)]
+    means = [float(np.mean(x.values)) for x in per_seed]
+    if runs_vary:
+        units, labels = [x.values for x in per_seed], [x.clusters for x in per_seed]
+    else:  # one model: the seeds are batches of images of one run; label images by seed too
+        units = [np.concatenate([x.values for x in per_seed])]
+        labels = [np.concatenate([np.char.add(f"{k}:", x.clusters.astype(str)) for k, x in enumerate(per_seed)])]
+    h = hierarchical_bootstrap(units, labels, n_resamples=2000, seed=seed)
+    return {"seeds": len(per_seed), "runs": h.units, "images": h.clusters, "items": h.items,
+            "mean": float(np.mean(means)), "ci": (h.low, h.high), "se": h.se, "ci_seeds": seed_interval(means)}
 
 
 def run(experiment: str, models: list[str], seeds: list[int], n: int, eval_seed: int) -> list[dict]:
@@ -472,22 +556,23 @@ def run(experiment: str, models: list[str], seeds: list[int], n: int, eval_seed:
         t0 = time.perf_counter()
         per_seed = [fn(spec, s, n, eval_seed) for s in seeds]
         wall = time.perf_counter() - t0
+        vary = weights_vary(experiment, spec)
         for metric in per_seed[0]:
-            vals = [r.get(metric, np.array([])) for r in per_seed]
-            means = [float(np.mean(v)) for v in vals if len(v)]
-            rows.append({"experiment": experiment, "model": spec, "metric": metric, "seeds": len(means),
-                         "items": int(sum(len(v) for v in vals)), "mean": float(np.mean(means)),
-                         "ci_seeds": seed_interval(means), "ci_items": item_interval(vals), "wall_s": wall})
+            vals = [r.get(metric, Items(np.array([]), np.array([]))) for r in per_seed]
+            role = "headline" if metric in HEADLINE.get(experiment, ()) else ""
+            rows.append({"experiment": experiment, "model": spec, "metric": metric, "role": role,
+                         **summarise(vals, runs_vary=vary), "wall_s": wall})
     return rows
 
 
 def table(rows: list[dict], command: str) -> str:
-    out = ["| experiment | model | metric | seeds | items | mean | 95 % CI (seeds) | 95 % CI (items) |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| experiment | model | metric | role | runs | images | items | mean | 95 % CI (hierarchical) | SE "
+           "| 95 % CI (seeds, t) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        cs, ci = r["ci_seeds"], r["ci_items"]
-        out.append(f"| {r['experiment']} | `{r['model']}` | {r['metric']} | {r['seeds']} | {r['items']} | "
-                   f"{r['mean']:.3f} | [{cs[0]:.3f}, {cs[1]:.3f}] | [{ci[0]:.3f}, {ci[1]:.3f}] |")
+        ci, cs = r["ci"], r["ci_seeds"]
+        out.append(f"| {r['experiment']} | `{r['model']}` | {r['metric']} | {r['role']} | {r['runs']} | {r['images']} "
+                   f"| {r['items']} | {r['mean']:.3f} | [{ci[0]:.3f}, {ci[1]:.3f}] | {r['se']:.3f} "
+                   f"| [{cs[0]:.3f}, {cs[1]:.3f}] |")
     walls = {r["model"]: r["wall_s"] for r in rows}
     out += ["", f"Command: `{command}`", "", "Wall time per model: "
             + ", ".join(f"`{m}` {w:.0f} s" for m, w in walls.items())]
@@ -500,8 +585,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", nargs="+", default=["scenes-tiny"], help="model specs; '{seed}' is replaced")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--n", type=int, default=500, help="evaluation scenes per seed")
-    ap.add_argument("--eval-seed", type=int, default=12345)
-    ap.add_argument("--out", default="docs/replications.md")
+    ap.add_argument("--eval-seed", type=int, default=EVAL_SEED,
+                    help=f"seed s evaluates on scenes of seed EVAL_SEED + s (default {EVAL_SEED}; 31000-31099 is "
+                         f"used by no selection, test or documentation run)")
+    ap.add_argument("--abe-split", choices=("heldout", "train"), default="heldout",
+                    help="abe: held-out combinations (the paper's setting) or seen ones (sensitivity)")
+    ap.add_argument("--out", default="replications.md")
     ap.add_argument("--smoke", action="store_true",
                     help="seconds-long check of --experiment: random-init capscore-test-tiny, 3 seeds, 8 scenes, "
                          "2-step training runs")
@@ -516,6 +605,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="specs-grid: the rows to train besides the paper's (default: all)")
     a = ap.parse_args(argv)
     GRID_ROWS[:] = a.grid_rows
+    ABE_SPLIT[:] = [a.abe_split]
+    if SELECTION_SEED in {a.eval_seed + s for s in a.seeds}:
+        ap.error(f"--eval-seed {a.eval_seed} with --seeds {a.seeds} evaluates on seed {SELECTION_SEED}, the scenes "
+                 f"`capscore scenes eval` selects models on; pick a range without it (default {EVAL_SEED})")
     if a.smoke:
         a.model, a.seeds, a.n = ["capscore-test-tiny"], [0, 1, 2], 8
         a.distill_steps, a.train_steps, a.train_scenes, a.batch_size = 2, 2, 16, 8
@@ -523,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
                  lr=a.lr, work=a.work)
     if a.n < 2:
         ap.error("--n must be >= 2")
-    command = "python benchmarks/replicate.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python experiments/replicate.py " + " ".join(argv if argv is not None else sys.argv[1:])
     parts = []
     for experiment in a.experiment:
         rows = run(experiment, a.model, a.seeds, a.n, a.eval_seed)

@@ -11,9 +11,9 @@ image", "Patch dropout").
 The base settings are ``scenes-tiny-v4``'s stage 2 (``capscore/scenes/MODEL_CARD.md``: FILIP term 0.5,
 image twins 0.5, negative weights 1,3,3,1,1,1, batch 128, lr 7.5e-4) from the bundled ``scenes-tiny-v4``.
 
-    python benchmarks/scenes_step_cost.py --set negatives_per_image=3
-    python benchmarks/scenes_step_cost.py --set patch_dropout=0.5 --steps 12 --skip 3
-    python benchmarks/scenes_step_cost.py --compile --steps 14 --skip 4   # torch.compile of both towers' transformers
+    python experiments/scenes_step_cost.py --set negatives_per_image=3
+    python experiments/scenes_step_cost.py --set patch_dropout=0.5 --steps 12 --skip 3
+    python experiments/scenes_step_cost.py --compile --steps 14 --skip 4   # torch.compile of both towers' transformers
 
 ``--compile`` times the base settings with both transformers compiled (``nn.Module.compile``, TorchInductor;
 the first compiled step includes the compilation, so give ``--skip`` enough steps) instead of a setting.

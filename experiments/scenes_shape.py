@@ -1,4 +1,4 @@
-"""Can a scenes model's image tower see shapes? Two diagnostics for issue 11's shape-flip gap.
+"""Can a scenes model's image tower see shapes? Diagnostics for the shape-flip gap.
 
 1. Linear probe on frozen features: single-object scenes (``generate_scenes(..., min_objects=1,
    max_objects=1, split="all")``, drawn at the model's input size), the global image embedding and the
@@ -15,14 +15,14 @@
 4. Sensitivity (``--sensitivity`` with ``--model``): how far each tower's embedding moves when one
    object's colour, shape, size or pattern changes, relative to the distance between two scenes.
 
-    python benchmarks/scenes_shape.py --model scenes-tiny ckpt:runs/v2/model.safetensors openclip:scenes-tiny-v2
-    python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --steps 200
-    python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --vision 64 4   # other pixels/patches
-    python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v2 --resnet 96 16  # a convolutional tower
-    python benchmarks/scenes_shape.py --supervised openclip:scenes-tiny-v3 --steps 200     # v2 + a conv stem
-    python benchmarks/scenes_shape.py --contrastive openclip:scenes-tiny-v3 --objects 1 1  # InfoNCE, single objects
-    python benchmarks/scenes_shape.py --contrastive openclip:scenes-tiny-v3 --lock-text    # ... text tower locked
-    python benchmarks/scenes_shape.py --sensitivity --model scenes-tiny openclip:scenes-tiny-v3
+    python experiments/scenes_shape.py --model scenes-tiny ckpt:runs/v2/model.safetensors openclip:scenes-tiny-v2
+    python experiments/scenes_shape.py --supervised openclip:scenes-tiny-v2 --steps 200
+    python experiments/scenes_shape.py --supervised openclip:scenes-tiny-v2 --vision 64 4   # other pixels/patches
+    python experiments/scenes_shape.py --supervised openclip:scenes-tiny-v2 --resnet 96 16  # a convolutional tower
+    python experiments/scenes_shape.py --supervised openclip:scenes-tiny-v3 --steps 200     # v2 + a conv stem
+    python experiments/scenes_shape.py --contrastive openclip:scenes-tiny-v3 --objects 1 1  # InfoNCE, single objects
+    python experiments/scenes_shape.py --contrastive openclip:scenes-tiny-v3 --lock-text    # ... text tower locked
+    python experiments/scenes_shape.py --sensitivity --model scenes-tiny openclip:scenes-tiny-v3
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ABE-CLIP on synthetic scenes: attribute-swap and colour-flip accuracy against global CLIP-S (issue 5).
+"""ABE-CLIP on synthetic scenes: attribute-swap and colour-flip accuracy against global CLIP-S.
 
 For each generated scene (``capscore.scenes``) two controlled errors are drawn:
 
@@ -20,8 +20,8 @@ encoding pass of one backbone (the engine's cache serves every row):
 
 ± is the half-width of a 95% Wilson interval.
 
-    python benchmarks/abe_scenes.py                          # scenes-tiny, 300 scenes
-    python benchmarks/abe_scenes.py --model capscore-test-tiny --n 100
+    python experiments/abe_scenes.py                          # scenes-tiny, 300 scenes
+    python experiments/abe_scenes.py --model capscore-test-tiny --n 100
 """
 from __future__ import annotations
 

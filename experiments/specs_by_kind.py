@@ -1,4 +1,4 @@
-"""SR_neg of the SPECS replication split by the kind of false fact (docs/replications.md, "By kind of false fact").
+"""SR_neg of the SPECS replication split by the kind of false fact (docs/research/replications-log.md, "By kind of false fact").
 
 ``replicate.py``'s SR_neg pools every controlled wrong unit: a colour, count or shape changed in an object
 mention, a region changed ("where"), or a relation reversed. This script scores the runs that
@@ -6,7 +6,7 @@ mention, a region changed ("where"), or a relation reversed. This script scores 
 scenes and triplets (``replicate._specificity_items``) and prints, per arm and kind, SR_neg (the share of
 triplets where θ(c_k) > θ(c_k + d⁻)) and the mean gap θ(c_k) − θ(c_k + d⁻), per seed and over seeds.
 
-    python benchmarks/specs_by_kind.py --work runs/replicate-v4 --seeds 0 1 2 --n 500
+    python experiments/specs_by_kind.py --work runs/replicate-v4 --seeds 0 1 2 --n 500
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--work", default="runs/replicate", help="replicate.py's --work folder")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--n", type=int, default=500)
-    ap.add_argument("--eval-seed", type=int, default=12345)
+    ap.add_argument("--eval-seed", type=int, default=rep.EVAL_SEED, help="replicate.py's --eval-seed")
     args = ap.parse_args()
     total: dict = defaultdict(lambda: defaultdict(list))
     for seed in args.seeds:

@@ -1,4 +1,4 @@
-"""Does a supervised conjunction head teach the global image embedding to bind? (issue 11, an experiment)
+"""Does a supervised conjunction head teach the global image embedding to bind?
 
 The bundled scenes-tiny misses its seen shape and hallucination targets on *bound* items, where only
 knowing which colour sits on which shape tells the captions apart (docs/scenes.md § Perception or
@@ -18,8 +18,8 @@ from the bundled model's stage-2 run, FILIP 0.5, image twins 1.0, ``negative_wei
 scenes-tiny-v3 file (evaluate it with ``capscore -q scenes eval --n 500 --by-binding --model
 'ckpt:OUT/scenes-tiny.safetensors#arch=scenes-tiny-v3'``). The result (no faster binding) is in docs/scenes.md.
 
-    python benchmarks/scenes_conjunction_head.py --out runs/aux/r2 --steps 150 --scale 30
-    python benchmarks/scenes_conjunction_head.py --out runs/aux/r3 --steps 450 --scale 30
+    python experiments/scenes_conjunction_head.py --out runs/aux/r2 --steps 150 --scale 30
+    python experiments/scenes_conjunction_head.py --out runs/aux/r3 --steps 450 --scale 30
 """
 from __future__ import annotations
 

@@ -37,9 +37,9 @@ evaluation scenes (seed 12345) as ``scenes eval``:
    chance means the tower has dropped it. Run it on the random init of the
    architecture (``--model openclip:ARCH``) for the baseline of untrained random features.
 
-    python benchmarks/scenes_binding.py                       # scenes-tiny, 300 scenes (flips) / 500 (R@1)
-    python benchmarks/scenes_binding.py --model scenes-tiny-v1 --json out.json
-    python benchmarks/scenes_binding.py --n 20 --n-retrieval 20 --probe 8000   # part 4 (about 30 s)
+    python experiments/scenes_binding.py                       # scenes-tiny, 300 scenes (flips) / 500 (R@1)
+    python experiments/scenes_binding.py --model scenes-tiny-v1 --json out.json
+    python experiments/scenes_binding.py --n 20 --n-retrieval 20 --probe 8000   # part 4 (about 30 s)
 """
 from __future__ import annotations
 

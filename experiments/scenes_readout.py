@@ -1,4 +1,4 @@
-"""Does another read-out of the towers let the global cosine bind? (issue 11, experiments)
+"""Does another read-out of the towers let the global cosine bind?
 
 docs/scenes.md § Perception or binding, "Is the binding there to read?": in the bundled scenes-tiny both
 towers' global embeddings hold which colour sits on which shape, but only a non-linear read-out finds it
@@ -13,7 +13,7 @@ that read-out and continues training with the scenes-tiny recipe through the one
 * ``--readout second-order``: the global embedding is the flattened second-order pool of the normalised
   joint-space tokens, ``mean_p p̂_p p̂_pᵀ`` over the patch tokens and ``mean_w t̂_w t̂_wᵀ`` over the word
   tokens (start and end of text dropped, as ABE-CLIP drops them): D² = 16 384 numbers, no new parameters
-  (bilinear pooling, Lin et al. 2015). Part 1 of ``benchmarks/scenes_binding.py`` scores it zero-shot.
+  (bilinear pooling, Lin et al. 2015). Part 1 of ``experiments/scenes_binding.py`` scores it zero-shot.
   It is the read-out of the ``scenes-tiny-v4`` architecture (:mod:`capscore.backbones.readout`), which
   ``capscore train scenes-tiny --model 'ckpt:FILE#arch=scenes-tiny-v4'`` trains without this script.
 
@@ -25,12 +25,12 @@ OUT/eval.json (``--steps 0``: the start model under the read-out); OUT/heads.pt 
 docs/scenes.md ("A non-linear projection head", "Second-order pooling binds"); each run above
 took 10–15 min on the 2-core development CPU.
 
-    python benchmarks/scenes_readout.py --out runs/mlp/control --steps 300
-    python benchmarks/scenes_readout.py --out runs/mlp/head --steps 300 --readout mlp
-    python benchmarks/scenes_readout.py --out runs/mlp/frozen --steps 600 --readout mlp --freeze-towers --lr 3e-3
-    python benchmarks/scenes_readout.py --out runs/second/zero300 --steps 0 --readout second-order --eval-n 300
-    python benchmarks/scenes_readout.py --out runs/second/train --steps 300 --readout second-order
-    python benchmarks/scenes_readout.py --out runs/second/train-s3 --steps 300 --readout second-order --seed 3
+    python experiments/scenes_readout.py --out runs/mlp/control --steps 300
+    python experiments/scenes_readout.py --out runs/mlp/head --steps 300 --readout mlp
+    python experiments/scenes_readout.py --out runs/mlp/frozen --steps 600 --readout mlp --freeze-towers --lr 3e-3
+    python experiments/scenes_readout.py --out runs/second/zero300 --steps 0 --readout second-order --eval-n 300
+    python experiments/scenes_readout.py --out runs/second/train --steps 300 --readout second-order
+    python experiments/scenes_readout.py --out runs/second/train-s3 --steps 300 --readout second-order --seed 3
 """
 from __future__ import annotations
 
