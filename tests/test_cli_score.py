@@ -160,7 +160,7 @@ def write_jsonl(path, items):
 
 BAD_CASES = {
     "missing image": ({"image": "nope.png", "caption": "x"}, ["bad.jsonl:2", "nope.png", "not found"]),
-    "unreadable image": ({"image": "adir.png", "caption": "x"}, ["bad.jsonl:2", "adir.png", "cannot read"]),
+    "unreadable image": ({"image": "adir.png", "caption": "x"}, ["bad.jsonl:2", "adir.png", "not a regular file"]),
     "truncated image": ({"image": "cut.png", "caption": "x"}, ["bad.jsonl:2", "cut.png", "truncated"]),
     "not an image": ({"image": "text.png", "caption": "x"}, ["bad.jsonl:2", "text.png", "not an image"]),
     "empty caption": ({"image": "img1.png", "caption": "  "}, ["bad.jsonl:2", "empty caption"]),

@@ -86,7 +86,7 @@ class ContrastiveParams(CommonParams):
 # Where the specs recipe's d⁻ comes from: "batch" is the paper's (§4.3: "randomly sampling a detail unit from
 # another image-caption pair in the batch", word-shuffled with ``shuffle_prob``); "controlled" is not in
 # the paper: d⁺ made false about the image (``Example.false_units``, scene examples only), the minimal
-# false fact that ``benchmarks/replicate.py`` evaluates SR_neg on -- a diagnostic of whether the paper's
+# false fact that ``experiments/replicate.py`` evaluates SR_neg on -- a diagnostic of whether the paper's
 # negatives are what keeps SR_neg down in the miniature (docs/replications.md).
 SPECS_NEGATIVES = ("batch", "controlled")
 
