@@ -7,7 +7,6 @@ tolerance, skips rows whose data, weights or tools are absent (one line each) an
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -26,27 +25,13 @@ def configure(p) -> None:
     p.add_argument("--out", metavar="DIR", help="write reproduce.json here")
 
 
-def _list() -> str:
-    from capscore.meta.reproduce import read_table, table_names
-    from capscore.report.tables import format_table
-
-    parts = []
-    for name in table_names():
-        rows = read_table(name)
-        parts.append(f"{name} ({len(rows)} rows; {rows[0].source})")
-        parts.append(format_table([{"dataset": r.dataset, "metric": r.metric, "backbone": r.backbone,
-                                    "statistic": r.statistic, "paper": f"{r.paper:.1f}", "±": f"{r.tolerance:g}",
-                                    "model": r.model} for r in rows]))
-    return "\n".join(parts)
-
-
 def run(args) -> int:
     from capscore.commands._args import output_dir
     from capscore.errors import CapscoreError
-    from capscore.meta.reproduce import default_root, format_results, read_table, run_table
+    from capscore.meta.reproduce import default_root, format_results, format_tables, read_table, run_table, write_results
 
     if args.list:
-        print(_list())
+        print(format_tables())
         return 0
     if not args.table:
         raise CapscoreError("give a TABLE (see `capscore reproduce --list`)")
@@ -58,9 +43,7 @@ def run(args) -> int:
     print(f"{args.table}: data {data_root}, weights {weights_root}")
     print(format_results(results))
     if args.out:
-        out = output_dir(args.out) / "reproduce.json"
-        out.write_text(json.dumps({"kind": "reproduce", "table": str(args.table), "data_root": str(data_root),
-                                   "weights_root": str(weights_root), "seed": args.seed,
-                                   "rows": [r.as_dict() for r in results]}, indent=2) + "\n", encoding="utf-8")
+        out = write_results(output_dir(args.out) / "reproduce.json", results, table=args.table, data_root=data_root,
+                            weights_root=weights_root, seed=args.seed)
         print(f"wrote {out}")
     return 0
