@@ -9,8 +9,8 @@
 * ``-q`` / ``--debug``, accepted before *and* after the subcommand.
 * Range ``type=`` helpers (positive_int, …): argparse turns the ``ArgumentTypeError``
   raised here into its one-line usage error and exit status 2, before any file is read or model loaded.
-* :func:`output_dir`, :func:`output_file` and :func:`refuse_input_as_output`, the checks every
-  command makes before writing to ``--out``.
+* :func:`output_dir`, :func:`output_file`, :func:`refuse_input_as_output`: :mod:`capscore.data.outputs`
+  naming the flag.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from capscore.data import outputs
 from capscore.errors import CapscoreError
 
 
@@ -33,78 +34,41 @@ def _number(text: str, kind: type):
     return value
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (batch sizes, step counts, number of scenes)."""
-    value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text}")
-    return value
+def _ranged(kind: type, ok, what: str, doc: str):
+    def parse(text: str):
+        value = _number(text, kind)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text}")
+        return value
+
+    parse.__doc__ = doc
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (0 usually means 'none' or 'off')."""
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0 (learning rates)."""
-    value = _number(text, float)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0 (weight decay, gradient clipping)."""
-    value = _number(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0; got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    """A number in [0, 1]."""
-    value = _number(text, float)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1]; got {text}")
-    return value
+positive_int = _ranged(int, lambda v: v >= 1, "a positive integer", "An integer >= 1 (batch sizes, step counts).")
+non_negative_int = _ranged(int, lambda v: v >= 0, "an integer >= 0", "An integer >= 0 (0 usually means 'none').")
+positive_float = _ranged(float, lambda v: v > 0, "a number > 0", "A finite number > 0 (learning rates).")
+non_negative_float = _ranged(float, lambda v: v >= 0, "a number >= 0", "A finite number >= 0 (weight decay).")
+probability = _ranged(float, lambda v: 0 <= v <= 1, "a probability in [0, 1]", "A number in [0, 1].")
 
 
 def output_dir(path: str | Path, option: str = "--out") -> Path:
-    """``--out DIR``: refuse an existing file (instead of failing deep inside), create the folder."""
-    out = Path(path).expanduser()
-    if out.exists() and not out.is_dir():
-        raise CapscoreError(f"{option} {out}: is an existing file; {option} names a folder here")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CapscoreError(f"{option} {out}: cannot create the folder ({e.strerror or e})") from None
-    return out
+    return outputs.output_dir(path, option)
 
 
 def output_file(path: str | Path, option: str = "--out") -> Path:
-    """``--out FILE``: refuse a folder, make sure the parent folder exists and is writable."""
-    out = Path(path).expanduser()
-    if out.is_dir():
-        raise CapscoreError(f"{option} {out}: is a folder; {option} names a file here")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CapscoreError(f"{option} {out}: cannot create its folder ({e.strerror or e})") from None
-    return out
+    return outputs.output_file(path, option)
 
 
 def refuse_input_as_output(out: str | Path, inputs: dict[str, object], option: str = "--out") -> None:
-    """Refuse an ``--out`` that is one of the input files (``--overwrite`` would destroy it)."""
-    target = Path(out).expanduser().resolve()
-    for name, value in inputs.items():
-        for p in value if isinstance(value, (list, tuple)) else [value]:
-            if p and Path(p).expanduser().resolve() == target:
-                raise CapscoreError(f"{option} {out} is also the {name} input; writing results there would "
-                                    "destroy it — choose another output file")
+    outputs.refuse_input_as_output(out, inputs, option)
+
+
+def job_of(cls, args, **given):
+    """The typed job ``cls`` (a dataclass) from the flags of its fields' names; ``given`` for the others."""
+    from dataclasses import fields
+
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)} | given)
 
 
 DTYPES = ("fp32", "fp16", "bf16")

@@ -1,12 +1,5 @@
 """``capscore compare A.jsonl B.jsonl``: is system A's mean score different from system B's, beyond noise?
-
-Two ``capscore score`` outputs (JSONL/CSV/JSON/Parquet rows with ``id``, ``image`` and ``score``) of two
-captioning systems, scored by the same metric, are matched item by item (``--match id``: the same ``id``
-in both files; ``--match image``: the same ``image``, one caption per image in each file), and compared
-with a paired bootstrap and a paired approximate randomisation test over images — all captions of one
-image move together (:mod:`capscore.meta.significance`). Rows without a score (error rows) and items
-present in only one file are counted and left out.
-"""
+(:mod:`capscore.meta.compare`: a paired bootstrap and approximate randomisation over images.)"""
 from __future__ import annotations
 
 import json

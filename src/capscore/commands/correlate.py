@@ -1,26 +1,16 @@
-"""``capscore correlate``: how well metrics agree with human judgments (meta-evaluation).
+"""``capscore correlate``: how well metrics agree with human judgments (meta-evaluation; docs/meta.md).
 
-Two modes:
-
-* ``--dataset NAME --path P --images DIR --model M [M2 ...] --metric clip-s [refclip-s ...]`` scores the
-  dataset with every metric on every backbone (through the persistent embedding cache: adding a metric
-  or a model re-encodes only what is new) and prints one table, rows = metric × backbone, columns =
-  the dataset's conventional statistics;
-* ``--scores FILE`` with ``--human FILE`` (or ``--dataset`` + ``--path``) correlates scores computed
-  elsewhere (a ``capscore score`` output, an LLM judge...) with the human scores, joined on ``id``.
-
-``--out DIR`` writes ``correlate.json`` (every result with its provenance) and ``correlate.csv``, and for
-rating datasets ``correlate_items.jsonl`` (per item: metric, backbone, id, score, human), which
-``capscore report`` plots.
-See docs/meta.md.
+``--dataset NAME`` scores the dataset with every ``--metric`` on every ``--model`` (:func:`capscore.meta.run.run_correlate`);
+``--scores FILE`` correlates scores computed elsewhere (:func:`capscore.meta.run.correlate_file`); ``--out DIR``
+writes correlate.json, correlate.csv and correlate_items.jsonl (:func:`capscore.meta.run.write_results`).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from capscore.commands import _shards
-from capscore.commands._args import (add_device, add_metric, add_model, non_negative_int, output_dir, positive_int,
-                                     refuse_input_as_output)
+from capscore.commands._args import (add_device, add_metric, add_model, job_of, non_negative_int, output_dir,
+                                     positive_int, refuse_input_as_output)
 from capscore.errors import CapscoreError
 
 def configure(p) -> None:
@@ -90,29 +80,19 @@ def run(args) -> int:
                             f"({', '.join(VIDEO_DATASETS)})")
     if video and (args.scores or args.export_items):
         raise CapscoreError(f"--scores/--export-items are not available for the video dataset {args.dataset}")
-    if video and args.dataset != "scenes-video" and not args.videos and args.model:
-        raise CapscoreError(f"--videos DIR is required for {args.dataset} (its video files, VIDEO_ID.mp4)")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise CapscoreError(f"--out {args.out}: is an existing file; --out names a folder (correlate.json, .csv)")
     if args.export_items:
         refuse_input_as_output(args.export_items, {"--path": args.path, "--coco-captions": args.coco_captions},
                                "--export-items")
-    if not 0 < args.alpha < 1:
-        raise CapscoreError(f"--alpha must be in (0, 1); got {args.alpha}")
     if (args.dataset or video) and not args.scores and not args.export_items and not args.model:
         from capscore.meta.evaluate import text_only
         from capscore.scores.metric import get_metric
 
         if video or not all(text_only(get_metric(m)) for m in args.metric):
             raise CapscoreError("give --model M [M2 ...] (e.g. ViT-B-32/openai), or --scores FILE")
-    job = M.CorrelateJob(
-        dataset=args.dataset or "", path=args.path, images=args.images, models=tuple(args.model or ()),
-        metrics=tuple(args.metric), split=args.split, coco_captions=args.coco_captions, tokenizer=args.tokenizer,
-        alpha=args.alpha, prefix=args.prefix, stats=args.stats and tuple(args.stats), ties=args.ties,
-        ref_sample=args.ref_sample, ref_draws=args.ref_draws, scenes=args.scenes, bootstrap=args.bootstrap,
-        seed=args.seed, skip_bad=args.skip_bad, videos=args.videos, frames=args.frames, idf=args.idf,
-        n_refs=args.n_refs and tuple(args.n_refs), device=args.device, dtype=args.dtype,
-        batch_size=args.batch_size, cache_dir=args.cache_dir, no_cache=args.no_cache)
+    job = job_of(M.CorrelateJob, args, dataset=args.dataset or "", models=tuple(args.model or ()),
+                 metrics=tuple(args.metric))
     significance = None
     if video:
         results = M.run_correlate_video(job)

@@ -1,12 +1,5 @@
-"""``capscore demo``: the first command to run — offline, no downloads, under a minute.
-
-It generates a small set of synthetic scenes (exact ground truth), writes their images, scores
-each scene's correct captions and their controlled-error twins with CLIP-S using the bundled
-``scenes-tiny`` model (through the same encoder and scorer as ``capscore score``), runs one probe
-— for each error kind, the share of pairs where the correct caption scores strictly higher than
-its flawed twin — and prints a short summary. Everything is written under ``--out``; re-runs with
-the same options give the same numbers.
-"""
+"""``capscore demo``: the first command to run — offline, no downloads, under a minute
+(:mod:`capscore.probes.demo`); everything is written under ``--out``."""
 from __future__ import annotations
 
 from pathlib import Path

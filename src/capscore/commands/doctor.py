@@ -1,9 +1,5 @@
-"""``capscore doctor``: what is present and what is missing for the papers' protocols — offline, touches nothing.
-
-Datasets in their published layouts under the data root, the weights files the reproduction tables name
-under the weights root, Java (PTB tokenizer, METEOR, SPICE), pycocoevalcap, the CoreNLP jars SPICE needs,
-and the GPU.
-"""
+"""``capscore doctor``: what is present and what is missing for the papers' protocols — offline, touches
+nothing (:mod:`capscore.meta.doctor`)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,9 +1,5 @@
-"""``capscore explain``: token–patch similarity heat map of one word of a caption over an image.
-
-The picture ABE-CLIP uses to show binding: where in the image the word's token
-finds its best patches, before (default) or after (``--refined``) semantic
-refinement. The K best patches (ABE's top-K) are outlined.
-"""
+"""``capscore explain``: token–patch similarity heat map of one word of a caption over an image, before
+(default) or after (``--refined``) ABE's semantic refinement (:mod:`capscore.report.explain`)."""
 from __future__ import annotations
 
 from pathlib import Path

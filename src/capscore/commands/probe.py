@@ -6,7 +6,7 @@ from pathlib import Path
 
 from capscore.commands import _shards
 from capscore.commands._args import (
-    abe_options, add_abe_arguments, add_device, add_model, non_negative_int, positive_int, probability,
+    abe_options, add_abe_arguments, add_device, add_model, job_of, non_negative_int, positive_int, probability,
 )
 from capscore.errors import CapscoreError
 from capscore.probes.job import CAPTION_SUITES, COSINE_ONLY_SUITES, DATA_SUITES, FILE_SUITES, RANKING_SUITES
@@ -86,27 +86,12 @@ def run(args) -> int:
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise CapscoreError(f"--out {args.out}: is an existing file; --out names the output folder")
     suite, scorer_name = args.suite, args.scorer or J.default_scorer(args.suite)
-    if suite in COSINE_ONLY_SUITES and scorer_name != "cosine":
-        raise CapscoreError(f"--suite {suite} ranks by the embeddings' cosine only; got --scorer {scorer_name}")
-    if suite in RANKING_SUITES and scorer_name not in ("cosine", "abe"):
-        raise CapscoreError(f"--suite {suite} ranks by cosine or re-ranks with --scorer abe; got --scorer {scorer_name}")
     if suite in RANKING_SUITES + COSINE_ONLY_SUITES and args.prefix is not None:
         raise CapscoreError(f"--prefix does not apply to --suite {suite}")
     if args.rerank_k is not None and not (suite in RANKING_SUITES and scorer_name == "abe"):
         raise CapscoreError("--rerank-k applies to the retrieval suites with --scorer abe only")
-    if suite != "retrieval" and (args.split != "test" or args.captions_per_image != "5"):
-        raise CapscoreError(f"--split and --captions-per-image apply to --suite retrieval only; got --suite {suite}")
-    if suite not in ("zeroshot", "scenes-zeroshot") and (args.templates or args.classnames):
-        raise CapscoreError(f"--templates and --classnames apply to the zeroshot suites only; got --suite {suite}")
-    if suite in FILE_SUITES + CAPTION_SUITES + DATA_SUITES and not args.data:
-        raise CapscoreError(f"--suite {suite} needs --data (and --images for image fields)")
-    job = J.ProbeJob(
-        suite=suite, data=args.data, images=args.images, mapping=args.mapping, scorer=scorer_name, seed=args.seed,
-        p=args.p, removal=args.removal, ensure_change=args.ensure_change, sr_variant=args.sr_variant,
-        grammar=args.grammar, lgip_average=args.lgip_average, mask=args.mask, kinds=args.kinds,
-        min_group_count=args.min_group_count, n_scenes=args.n_scenes, split=args.split,
-        captions_per_image=_count(args.captions_per_image, "--captions-per-image", 5), templates=args.templates,
-        classnames=args.classnames, rerank=_count(args.rerank_k, "--rerank-k", RERANK_K))
+    job = job_of(J.ProbeJob, args, scorer=scorer_name, rerank=_count(args.rerank_k, "--rerank-k", RERANK_K),
+                 captions_per_image=_count(args.captions_per_image, "--captions-per-image", 5))
     inputs = J.load_inputs(job)  # input errors surface before any model is loaded
     abe = abe_options(args)
     if abe and scorer_name != "abe":

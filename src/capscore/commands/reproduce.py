@@ -1,10 +1,7 @@
 """``capscore reproduce``: recompute the papers' headline numbers and compare (see :mod:`capscore.meta.reproduce`).
 
-``capscore reproduce --list`` shows every shipped table with its rows; ``capscore reproduce TABLE --data-root
-DIR --weights-root DIR`` runs each row's protocol on the local files, prints ours | paper | Δ | within
-tolerance, skips rows whose data, weights or tools are absent (one line each) and, with ``--out``, writes
-``reproduce.json``.
-"""
+``--list`` shows every shipped table; ``TABLE`` runs each row's protocol on the local files; ``--out`` writes
+``reproduce.json``."""
 from __future__ import annotations
 
 from pathlib import Path

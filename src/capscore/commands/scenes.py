@@ -42,10 +42,6 @@ def configure(p) -> None:
 
 
 def _generate(args) -> int:
-    from capscore.scenes import generate_scenes, truth
-
-    if args.n < 1:
-        raise CapscoreError(f"--n must be >= 1; got {args.n}")
     out = output_dir(args.out)
     video_opts = {"frames": args.frames, "fps": args.fps, "codec": args.codec}
     if not args.videos and any(v is not None for v in video_opts.values()):
@@ -63,14 +59,9 @@ def _generate(args) -> int:
         print(f"wrote {args.n} clips to {out}/ (videos/*.mp4 and captions.jsonl with oracle scores); score them with\n"
               f"  capscore score --videos {out}/videos --captions {out}/captions.jsonl --metric pac-s --out scores.jsonl")
         return 0
-    (out / "images").mkdir(parents=True, exist_ok=True)
-    with open(out / "scenes.jsonl", "w", encoding="utf-8") as f:
-        for s in generate_scenes(args.n, seed=args.seed, split=args.split, size=args.size):
-            s.render().save(out / "images" / f"{s.id}.png")
-            row = {"id": s.id, "image": f"images/{s.id}.png", "caption": s.short_caption(),
-                   "long_caption": s.long_caption(), "translations": s.translations(), "heldout": s.heldout,
-                   "objects": [o.__dict__ for o in s.objects], "facts": sorted(map(repr, truth(s)))}
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    from capscore.scenes.files import write_scenes
+
+    write_scenes(out, args.n, seed=args.seed, split=args.split, size=args.size)
     print(f"wrote {args.n} scenes to {out}/ (images/ and scenes.jsonl)")
     return 0
 

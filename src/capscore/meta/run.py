@@ -60,6 +60,9 @@ class CorrelateJob:
     no_cache: bool = False
 
     def __post_init__(self):
+        for name in ("models", "metrics", "stats", "n_refs"):  # lists given for them are kept as tuples
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         for name, low in (("bootstrap", 0), ("ref_sample", 0), ("batch_size", 1), ("ref_draws", 1), ("scenes", 1)):
             if getattr(self, name) < low:
                 raise param_error(name, "CorrelateJob", f"an integer >= {low}", getattr(self, name))
@@ -268,10 +271,9 @@ def format_results(results: Sequence) -> str:
 def write_results(results: Sequence, out: str | Path, *, significance=None) -> tuple[Path, Path]:
     """``out/correlate.json`` (every result with its provenance, and ``significance``), ``out/correlate.csv``
     and, when the results carry items, ``out/correlate_items.jsonl`` -> (json path, csv path)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise param_error("out", "write_results", "a folder", str(out))
-    out.mkdir(parents=True, exist_ok=True)
+    from capscore.data.outputs import output_dir
+
+    out = output_dir(out)
     json_path, csv_path = out / "correlate.json", out / "correlate.csv"
     with open(json_path, "w", encoding="utf-8") as f:
         doc = {"results": [r.as_dict() for r in results]}

@@ -76,6 +76,12 @@ class ProbeJob:
             raise param_error("scorer", "ProbeJob", f"'cosine' for suite {self.suite}", self.scorer)
         if self.suite in RANKING_SUITES and self.scorer not in ("cosine", "abe"):
             raise param_error("scorer", "ProbeJob", f"'cosine' or 'abe' for suite {self.suite}", self.scorer)
+        for name, default, suites in (("split", "test", ("retrieval",)), ("captions_per_image", 5, ("retrieval",)),
+                                      ("templates", None, ("zeroshot", "scenes-zeroshot")),
+                                      ("classnames", None, ("zeroshot", "scenes-zeroshot"))):
+            if self.suite not in suites and getattr(self, name) != default:
+                raise param_error(name, "ProbeJob", f"{default!r} for suite {self.suite} (it applies to "
+                                  f"{', '.join(suites)} only)", getattr(self, name))
 
 
 def load_inputs(job: ProbeJob):
