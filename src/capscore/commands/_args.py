@@ -9,15 +9,14 @@
 * ``-q`` / ``--debug``, accepted before *and* after the subcommand.
 * Range ``type=`` helpers (positive_int, …): argparse turns the ``ArgumentTypeError``
   raised here into its one-line usage error and exit status 2, before any file is read or model loaded.
-* :func:`output_dir`, :func:`output_file`, :func:`refuse_input_as_output`: :mod:`capscore.data.outputs`
-  naming the flag.
+* :func:`output_dir`, :func:`output_file`, :func:`refuse_input_as_output`: :mod:`capscore.data.outputs`.
 """
 from __future__ import annotations
 
 import argparse
 import math
 from collections.abc import Sequence
-from pathlib import Path
+from functools import partial
 
 from capscore.data import outputs
 from capscore.errors import CapscoreError
@@ -52,16 +51,19 @@ non_negative_float = _ranged(float, lambda v: v >= 0, "a number >= 0", "A finite
 probability = _ranged(float, lambda v: 0 <= v <= 1, "a probability in [0, 1]", "A number in [0, 1].")
 
 
-def output_dir(path: str | Path, option: str = "--out") -> Path:
-    return outputs.output_dir(path, option)
+def count_or_all(text: str) -> int | None:
+    """A positive integer, or ``all`` (None)."""
+    if text == "all":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'all'; got {text!r}")
+    return int(text)
 
 
-def output_file(path: str | Path, option: str = "--out") -> Path:
-    return outputs.output_file(path, option)
-
-
-def refuse_input_as_output(out: str | Path, inputs: dict[str, object], option: str = "--out") -> None:
-    outputs.refuse_input_as_output(out, inputs, option)
+# the output checks of capscore.data.outputs, naming the flag
+output_dir = partial(outputs.output_dir, name="--out")
+output_file = partial(outputs.output_file, name="--out")
+refuse_input_as_output = partial(outputs.refuse_input_as_output, name="--out")
 
 
 def job_of(cls, args, **given):
@@ -137,11 +139,8 @@ def add_device(p, *, default_device: str = "cpu") -> None:
 
 
 def add_common(p, *, top: bool = False) -> None:
-    """``-q`` / ``--debug``: on the top parser, and on every subcommand so they also work after it.
-
-    On subcommands the default is SUPPRESS, so an unset flag there does not
-    overwrite one given before the subcommand.
-    """
+    """``-q`` / ``--debug`` on the top parser and on every subcommand (default SUPPRESS there, so an unset
+    flag after the subcommand does not overwrite one given before it)."""
     default = {} if top else {"default": argparse.SUPPRESS}
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or warnings", **default)
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error", **default)
@@ -163,11 +162,8 @@ def add_abe_arguments(p) -> None:
 
 def abe_options(args) -> dict:
     """The ABE options the user set (unset ones keep AbeConfig's defaults); errors name the flag."""
-    opts = {}
-    for flag, key in (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"), ("concept_pool", "pool")):
-        value = getattr(args, flag, None)
-        if value is not None:
-            opts[key] = value
+    opts = {key: getattr(args, flag) for flag, key in (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"),
+                                                       ("concept_pool", "pool")) if getattr(args, flag, None) is not None}
     for flag, key in (("--abe-k", "k"), ("--abe-p", "p")):
         if key in opts and opts[key] < 1:
             raise CapscoreError(f"{flag} must be an integer >= 1; got {opts[key]}")

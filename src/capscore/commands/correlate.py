@@ -75,22 +75,13 @@ def run(args) -> int:
     from capscore.meta.video import VIDEO_DATASETS
 
     video = args.dataset in VIDEO_DATASETS
-    if not video and (args.videos or args.frames or args.idf or args.n_refs):
-        raise CapscoreError("--videos, --frames, --idf and --n-refs apply to the video datasets only "
-                            f"({', '.join(VIDEO_DATASETS)})")
     if video and (args.scores or args.export_items):
         raise CapscoreError(f"--scores/--export-items are not available for the video dataset {args.dataset}")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
         raise CapscoreError(f"--out {args.out}: is an existing file; --out names a folder (correlate.json, .csv)")
     if args.export_items:
         refuse_input_as_output(args.export_items, {"--path": args.path, "--coco-captions": args.coco_captions},
-                               "--export-items")
-    if (args.dataset or video) and not args.scores and not args.export_items and not args.model:
-        from capscore.meta.evaluate import text_only
-        from capscore.scores.metric import get_metric
-
-        if video or not all(text_only(get_metric(m)) for m in args.metric):
-            raise CapscoreError("give --model M [M2 ...] (e.g. ViT-B-32/openai), or --scores FILE")
+                               name="--export-items")
     job = job_of(M.CorrelateJob, args, dataset=args.dataset or "", models=tuple(args.model or ()),
                  metrics=tuple(args.metric))
     significance = None
@@ -120,11 +111,7 @@ def run(args) -> int:
 
         results, significance = M.run_correlate(job, make_encoder=partial(make_encoder,
                                                                           ray=_shards.ray_options_if(args)))
-    print(M.format_results(results))
-    if significance is not None:
-        from capscore.meta.significance import format_comparison
-
-        print(format_comparison(significance))
+    print(M.format_results(results, significance=significance))
     if args.out:
         json_path, csv_path = M.write_results(results, output_dir(args.out), significance=significance)
         print(f"wrote {json_path} and {csv_path}")

@@ -22,8 +22,6 @@ def run(args) -> int:
     out = Path(args.out)
     if args.n < 2:
         raise CapscoreError(f"--n must be >= 2; got {args.n}")
-    if out.exists() and not out.is_dir():
-        raise CapscoreError(f"--out {out}: is an existing file; --out names the demo's output folder")
     res = run_demo(out, n=args.n, seed=args.seed, model=args.model, device=args.device, dtype=args.dtype)
     print(format_summary(res, out))
     return 0

@@ -2,8 +2,6 @@
 nothing (:mod:`capscore.meta.doctor`)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def configure(p) -> None:
     p.add_argument("--data-root", metavar="DIR", help="default $CAPSCORE_DATA or ~/.cache/capscore/data")
@@ -14,8 +12,7 @@ def run(args) -> int:
     from capscore.meta.doctor import checks, format_checks
     from capscore.meta.reproduce import default_root
 
-    data_root = Path(args.data_root).expanduser() if args.data_root else default_root("data")
-    weights_root = Path(args.weights_root).expanduser() if args.weights_root else default_root("weights")
+    data_root, weights_root = default_root("data", args.data_root), default_root("weights", args.weights_root)
     print(f"data root {data_root}; weights root {weights_root}")
     print(format_checks(checks(data_root, weights_root)))
     return 0

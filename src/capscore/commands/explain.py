@@ -25,27 +25,16 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    from capscore.backbones import load_backbone
-    from capscore.embed import Encoder
-    from capscore.embed.images import ImageRef
     from capscore.errors import CapscoreError
-    from capscore.report.explain import draw_heatmap
-    from capscore.scores.abe import AbeConfig, word_heatmap
+    from capscore.probes.explain import explain_word
 
-    out = Path(args.out)
-    if out.suffix.lower() != ".png":
-        raise CapscoreError(f"--out must be a .png file; got {str(out)!r}")
+    if Path(args.out).suffix.lower() != ".png":
+        raise CapscoreError(f"--out must be a .png file; got {args.out!r}")
     low, high = args.color_range
     if not low < high:
         raise CapscoreError(f"--color-range LOW HIGH needs LOW < HIGH; got {low} {high}")
-    config = AbeConfig(k=args.k, pool=args.pool)
-    encoder = Encoder(load_backbone(args.model, device=args.device, dtype=args.dtype, seed=args.seed))
-    ref = ImageRef.of(args.image)
-    heat = word_heatmap(encoder, ref, args.caption, args.word, config=config, refined=args.refined)
-    _, image = ref.load()
-    about = {"model": args.model, "image": str(args.image), "caption": args.caption, "word": heat.word,
-             "refined": heat.refined, "k": args.k, "max": float(heat.grid.max()), "min": float(heat.grid.min())}
-    draw_heatmap(image, heat, caption=args.caption, out=out, color_range=(low, high), about=about)
-    print(f"wrote {out} (word {heat.word!r} -> tokens {list(heat.tokens)}, "
+    heat = explain_word(args.model, args.image, args.caption, args.word, out=args.out, refined=args.refined, k=args.k,
+                        pool=args.pool, device=args.device, dtype=args.dtype, seed=args.seed, color_range=(low, high))
+    print(f"wrote {args.out} (word {heat.word!r} -> tokens {list(heat.tokens)}, "
           f"max cos {float(heat.grid.max()):.3f}, min {float(heat.grid.min()):.3f})")
     return 0

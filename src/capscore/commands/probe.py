@@ -2,11 +2,13 @@
 (:mod:`capscore.probes.job`)."""
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from capscore.commands import _shards
 from capscore.commands._args import (
-    abe_options, add_abe_arguments, add_device, add_model, job_of, non_negative_int, positive_int, probability,
+    abe_options, add_abe_arguments, add_device, add_model, count_or_all, job_of, non_negative_int, positive_int,
+    probability,
 )
 from capscore.errors import CapscoreError
 from capscore.probes.job import CAPTION_SUITES, COSINE_ONLY_SUITES, DATA_SUITES, FILE_SUITES, RANKING_SUITES
@@ -26,7 +28,7 @@ def configure(p) -> None:
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text the scorer prepends to every caption (default: the scorer's own: 'A photo depicts ' "
                         "for clip-s and pac-s, none for mcs, abe and cosine; '' for none)")
-    p.add_argument("--rerank-k", default=None, metavar="K|all",
+    p.add_argument("--rerank-k", type=count_or_all, default=argparse.SUPPRESS, metavar="K|all",
                    help="retrieval with --scorer abe: candidates per query the cosine picks and ABE re-ranks "
                         "(default 20), or 'all' to score every pair (exact; small sets only)")
     add_abe_arguments(p)
@@ -51,7 +53,7 @@ def configure(p) -> None:
     p.add_argument("--min-group-count", type=non_negative_int, default=25, help="ARO macro: smallest group kept (default 25)")
     p.add_argument("--n-scenes", type=positive_int, default=64, help="scenes-*: number of generated scenes (default 64)")
     p.add_argument("--split", default="test", help="retrieval: Karpathy split of --data (default test)")
-    p.add_argument("--captions-per-image", default="5", metavar="N|all",
+    p.add_argument("--captions-per-image", type=count_or_all, default=5, metavar="N|all",
                    help="retrieval: first N captions of each image (default 5, the 5K/1K-test protocol) or all")
     p.add_argument("--templates", default=None, choices=("openai", "simple", "single", "scenes"),
                    help="zeroshot: prompt templates (default openai = CLIP's 80; scenes-zeroshot: scenes)")
@@ -62,15 +64,6 @@ def configure(p) -> None:
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
     _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
-
-
-def _count(value: str | None, flag: str, default: int | None) -> int | None:
-    """``N`` or ``all`` (None) of --captions-per-image and --rerank-k."""
-    if value is None or value == "all":
-        return default if value is None else None
-    if not value.isdigit() or int(value) < 1:
-        raise CapscoreError(f"{flag} must be a positive integer or 'all'; got {value!r}")
-    return int(value)
 
 
 def run(args) -> int:
@@ -88,10 +81,9 @@ def run(args) -> int:
     suite, scorer_name = args.suite, args.scorer or J.default_scorer(args.suite)
     if suite in RANKING_SUITES + COSINE_ONLY_SUITES and args.prefix is not None:
         raise CapscoreError(f"--prefix does not apply to --suite {suite}")
-    if args.rerank_k is not None and not (suite in RANKING_SUITES and scorer_name == "abe"):
+    if "rerank_k" in args and not (suite in RANKING_SUITES and scorer_name == "abe"):
         raise CapscoreError("--rerank-k applies to the retrieval suites with --scorer abe only")
-    job = job_of(J.ProbeJob, args, scorer=scorer_name, rerank=_count(args.rerank_k, "--rerank-k", RERANK_K),
-                 captions_per_image=_count(args.captions_per_image, "--captions-per-image", 5))
+    job = job_of(J.ProbeJob, args, scorer=scorer_name, rerank=vars(args).get("rerank_k", RERANK_K))
     inputs = J.load_inputs(job)  # input errors surface before any model is loaded
     abe = abe_options(args)
     if abe and scorer_name != "abe":

@@ -4,8 +4,6 @@
 ``reproduce.json``."""
 from __future__ import annotations
 
-from pathlib import Path
-
 
 def configure(p) -> None:
     from capscore.commands._args import add_device, positive_int
@@ -33,8 +31,7 @@ def run(args) -> int:
     if not args.table:
         raise CapscoreError("give a TABLE (see `capscore reproduce --list`)")
     rows = read_table(args.table)
-    data_root = Path(args.data_root).expanduser() if args.data_root else default_root("data")
-    weights_root = Path(args.weights_root).expanduser() if args.weights_root else default_root("weights")
+    data_root, weights_root = default_root("data", args.data_root), default_root("weights", args.weights_root)
     results = run_table(rows, data_root=data_root, weights_root=weights_root, device=args.device,
                         batch_size=args.batch_size, seed=args.seed)
     print(f"{args.table}: data {data_root}, weights {weights_root}")

@@ -49,13 +49,8 @@ def _generate(args) -> int:
     if args.videos:
         from capscore.scenes.video import write_scenes_videos
 
-        args.frames = 8 if args.frames is None else args.frames
-        args.fps = 4.0 if args.fps is None else args.fps
-        args.codec = args.codec or "lossless"
-        if args.frames < 2 or args.fps <= 0:
-            raise CapscoreError(f"--frames must be >= 2 and --fps > 0; got {args.frames}, {args.fps}")
-        write_scenes_videos(out, args.n, seed=args.seed, frames=args.frames, fps=args.fps, size=args.size,
-                            split=args.split, codec=args.codec)
+        write_scenes_videos(out, args.n, seed=args.seed, size=args.size, split=args.split,
+                            **{k: v for k, v in video_opts.items() if v is not None})
         print(f"wrote {args.n} clips to {out}/ (videos/*.mp4 and captions.jsonl with oracle scores); score them with\n"
               f"  capscore score --videos {out}/videos --captions {out}/captions.jsonl --metric pac-s --out scores.jsonl")
         return 0

@@ -61,18 +61,14 @@ def configure(p) -> None:
                    help="also log to OUT/tensorboard (needs tensorboard)")
 
 
-# flag (argparse dest) -> TrainSpec field; the rest are arguments of the run (out, device, dtype, resume)
-TYPED_FLAGS = ("model", "data", "steps", "batch_size", "accum", "lr", "warmup", "weight_decay", "eps", "grad_clip",
-               "seed", "amp", "deterministic", "eval_every", "eval_scenes", "ckpt_every", "keep_checkpoints",
-               "tensorboard")
-STRING_FLAGS = ("betas", "languages")  # parsed by the spec's field type
-
-
 def run(args) -> int:
     import sys
     from pathlib import Path
 
+    from dataclasses import fields
+
     from capscore.errors import CapscoreError
+    from capscore.train.options import TrainSpec
     from capscore.train.run import build_stages, format_run, run_stages
 
     sets = {}
@@ -84,8 +80,8 @@ def run(args) -> int:
     if args.stage is not None and args.config is None:
         raise CapscoreError("--stage selects a stage of a --config file; give --config")
     stages = build_stages(args.recipe, config=args.config, stage=args.stage, out=args.out, sets=sets,  # all checked
-                          options={k: getattr(args, k) for k in TYPED_FLAGS if getattr(args, k, None) is not None},
-                          strings={k: getattr(args, k) for k in STRING_FLAGS if getattr(args, k, None) is not None})
+                          options={f.name: getattr(args, f.name) for f in fields(TrainSpec)
+                                   if f.name != "recipe" and getattr(args, f.name, None) is not None})
     out = Path(args.out).expanduser()
     if out.exists() and not out.is_dir():  # the folder itself is made once data and model have loaded
         raise CapscoreError(f"--out {out}: is an existing file; --out names the output folder")

@@ -47,10 +47,12 @@ DATA_LAYOUT: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-def default_root(kind: str) -> Path:
-    """``$CAPSCORE_DATA`` / ``$CAPSCORE_WEIGHTS``, else ``~/.cache/capscore/data`` / ``weights``."""
+def default_root(kind: str, given: str | os.PathLike | None = None) -> Path:
+    """``given``, else ``$CAPSCORE_DATA`` / ``$CAPSCORE_WEIGHTS``, else ``~/.cache/capscore/data`` / ``weights``."""
     from capscore.embed.cache import DEFAULT_CACHE_DIR
 
+    if given:
+        return Path(given).expanduser()
     env = {"data": "CAPSCORE_DATA", "weights": "CAPSCORE_WEIGHTS"}[kind]
     return Path(os.environ[env]).expanduser() if os.environ.get(env) else DEFAULT_CACHE_DIR / kind
 

@@ -68,6 +68,12 @@ class CorrelateJob:
                 raise param_error(name, "CorrelateJob", f"an integer >= {low}", getattr(self, name))
         if not 0 < self.alpha < 1:
             raise param_error("alpha", "CorrelateJob", "in (0, 1)", self.alpha)
+        from capscore.meta.video import VIDEO_DATASETS
+
+        for name in ("videos", "frames", "idf", "n_refs"):
+            if getattr(self, name) and self.dataset not in VIDEO_DATASETS:
+                raise param_error(name, "CorrelateJob", f"unset for dataset {self.dataset!r} (it applies to the "
+                                  f"video datasets only: {', '.join(VIDEO_DATASETS)})", getattr(self, name))
 
 
 def _local_encoder(backbone, *, spec, device, dtype, seed, **kw):
@@ -127,7 +133,8 @@ def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds
         if "image" not in m.media:
             raise CapscoreError(f"metric {m.name} scores videos; {job.dataset} is an image dataset")
     if not job.models and not all(text_only(m) for m in metrics):
-        raise param_error("models", "run_correlate", "at least one backbone spec (e.g. ViT-B-32/openai)", job.models)
+        raise param_error("models", "run_correlate", "at least one backbone spec (e.g. ViT-B-32/openai) for "
+                          "metrics that encode", job.models)
     ds = load(job) if ds is None else ds
     common = dict(columns=job.stats, ties=job.ties, ref_sample=job.ref_sample or None, ref_draws=job.ref_draws,
                   skip_bad=job.skip_bad, n_resamples=job.bootstrap, seed=job.seed)
@@ -238,9 +245,10 @@ def _columns(results) -> list[str]:
     return cols
 
 
-def format_results(results: Sequence) -> str:
+def format_results(results: Sequence, *, significance=None) -> str:
     """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100; ×1 for
-    :data:`capscore.meta.stats.UNSCALED`), printed by the one table printer."""
+    :data:`capscore.meta.stats.UNSCALED`), printed by the one table printer; then ``significance``
+    (:func:`capscore.meta.significance.format_comparison`) when given."""
     from capscore.meta.stats import UNSCALED
     from capscore.report.tables import format_table as print_table
 
@@ -265,6 +273,10 @@ def format_results(results: Sequence) -> str:
     skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
     if skipped:
         lines.append("skipped: " + ", ".join(f"{v} {k}" for k, v in skipped.items()))
+    if significance is not None:
+        from capscore.meta.significance import format_comparison
+
+        lines.append(format_comparison(significance))
     return "\n".join(lines)
 
 

@@ -197,13 +197,16 @@ def _export_scenes_tiny(bb, out: Path, params: dict, cfg: TrainConfig, command: 
 
 
 
+TEXT_OPTIONS = ("betas", "languages")  # TrainSpec fields that may be given as text
+
+
 def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | None = None,
                  out: str | Path = ".", options: Mapping[str, Any] | None = None,
-                 strings: Mapping[str, str] | None = None, sets: Mapping[str, str] | None = None) -> list[Stage]:
+                 sets: Mapping[str, str] | None = None) -> list[Stage]:
     """The typed stages of one run: those of the recipe file ``config`` (only ``stage``, with its ``{NAME}``
     references resolved against the other stages' folders under ``out``), or one stage of ``recipe``'s
-    defaults; each with ``options`` (TrainSpec fields, typed), ``strings`` (TrainSpec fields parsed by their
-    type: betas, languages) and ``sets`` (recipe parameters, parsed by their type) applied over it."""
+    defaults; each with ``options`` (TrainSpec fields; ``betas`` and ``languages`` may be text, parsed by their
+    type: "0.9,0.98", "de,fr") and ``sets`` (recipe parameters, parsed by their type) applied over it."""
     from capscore.errors import param_error, unknown_name
     from capscore.train.options import find_recipe_file, load_recipe_file
     from capscore.train.recipes import get_recipe
@@ -222,7 +225,8 @@ def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | 
         if stage is not None:
             raise param_error("stage", "build_stages", "None without a config file", stage)
         stages = [Stage("", TrainSpec(recipe, get_recipe(recipe).defaults()))]
-    given = dict(options or {}) | TrainSpec.parse_options(recipe, dict(strings or {}))
+    text = {k: v for k, v in (options or {}).items() if k in TEXT_OPTIONS and isinstance(v, str)}
+    given = {k: v for k, v in (options or {}).items() if k not in text} | TrainSpec.parse_options(recipe, text)
     return [Stage(s.name, s.spec.replace(**given).with_params(dict(sets or {}))) for s in stages]
 
 
