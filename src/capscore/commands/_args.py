@@ -9,7 +9,7 @@
 * ``-q`` / ``--debug``, accepted before *and* after the subcommand.
 * Range ``type=`` helpers (positive_int, …): argparse turns the ``ArgumentTypeError``
   raised here into its one-line usage error and exit status 2, before any file is read or model loaded.
-* :func:`output_dir`, :func:`output_file`, :func:`refuse_input_as_output`: :mod:`capscore.data.outputs`.
+* :func:`output_dir`, :func:`output_file`, :func:`refuse_input_as_output`: :mod:`capscore.report.outputs`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from functools import partial
 
-from capscore.data import outputs
+from capscore.report import outputs
 from capscore.errors import CapscoreError
 
 
@@ -60,7 +60,7 @@ def count_or_all(text: str) -> int | None:
     return int(text)
 
 
-# the output checks of capscore.data.outputs, naming the flag
+# the output checks of capscore.report.outputs, naming the flag
 output_dir = partial(outputs.output_dir, name="--out")
 output_file = partial(outputs.output_file, name="--out")
 refuse_input_as_output = partial(outputs.refuse_input_as_output, name="--out")
@@ -162,8 +162,8 @@ def add_abe_arguments(p) -> None:
 
 def abe_options(args) -> dict:
     """The ABE options the user set (unset ones keep AbeConfig's defaults); errors name the flag."""
-    opts = {key: getattr(args, flag) for flag, key in (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"),
-                                                       ("concept_pool", "pool")) if getattr(args, flag, None) is not None}
+    names = (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"), ("concept_pool", "pool"))
+    opts = {key: getattr(args, flag) for flag, key in names if getattr(args, flag, None) is not None}
     for flag, key in (("--abe-k", "k"), ("--abe-p", "p")):
         if key in opts and opts[key] < 1:
             raise CapscoreError(f"{flag} must be an integer >= 1; got {opts[key]}")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from capscore.commands._args import output_file, positive_int
+
 
 def configure(p) -> None:
-    from capscore.commands._args import positive_int
-
     p.add_argument("a", metavar="A", help="scores of system A (capscore score output: JSONL/CSV/JSON/Parquet)")
     p.add_argument("b", metavar="B", help="scores of system B, same metric")
     p.add_argument("--match", choices=("id", "image"), default="id",
@@ -20,7 +20,6 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    from capscore.commands._args import output_file
     from capscore.meta.compare import compare_files, format_comparison
 
     out = output_file(args.out) if args.out else None

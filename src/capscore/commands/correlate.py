@@ -1,17 +1,18 @@
 """``capscore correlate``: how well metrics agree with human judgments (meta-evaluation; docs/meta.md).
 
-``--dataset NAME`` scores the dataset with every ``--metric`` on every ``--model`` (:func:`capscore.meta.run.run_correlate`);
-``--scores FILE`` correlates scores computed elsewhere (:func:`capscore.meta.run.correlate_file`); ``--out DIR``
-writes correlate.json, correlate.csv and correlate_items.jsonl (:func:`capscore.meta.run.write_results`).
-"""
+``--dataset NAME`` scores it with every ``--metric`` on every ``--model`` (:func:`capscore.meta.run.run_correlate`);
+``--scores FILE`` correlates scores made elsewhere (:func:`capscore.meta.run.correlate_file`); ``--out DIR``
+writes correlate.json, .csv and correlate_items.jsonl (:func:`capscore.meta.run.write_results`)."""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from capscore.commands import _shards
 from capscore.commands._args import (add_device, add_metric, add_model, job_of, non_negative_int, output_dir,
                                      positive_int, refuse_input_as_output)
 from capscore.errors import CapscoreError
+
 
 def configure(p) -> None:
     from capscore.meta.datasets import DATASETS
@@ -84,9 +85,8 @@ def run(args) -> int:
                                name="--export-items")
     job = job_of(M.CorrelateJob, args, dataset=args.dataset or "", models=tuple(args.model or ()),
                  metrics=tuple(args.metric))
-    significance = None
     if video:
-        results = M.run_correlate_video(job)
+        results, significance = M.run_correlate_video(job), None
     elif args.export_items:
         if not args.dataset:
             raise CapscoreError("--export-items needs --dataset (and --path)")
@@ -99,20 +99,16 @@ def run(args) -> int:
             raise CapscoreError("--scores correlates a file of scores; --model is for scoring here (give one or the other)")
         if bool(args.human) == bool(args.dataset):
             raise CapscoreError("--scores needs exactly one of --human FILE or --dataset NAME --path P")
-        results = [M.correlate_file(args.scores, job, human=args.human,
-                                    score_column=args.score_column, human_column=args.human_column,
-                                    id_column=args.id_column)]
+        results, significance = [M.correlate_file(args.scores, job, human=args.human, score_column=args.score_column,
+                                                  human_column=args.human_column, id_column=args.id_column)], None
     elif not args.dataset:
         raise CapscoreError("give --dataset NAME (see `capscore correlate -h`) or --scores FILE")
     else:
-        from functools import partial
-
         from capscore.engines.ray import make_encoder
 
         results, significance = M.run_correlate(job, make_encoder=partial(make_encoder,
                                                                           ray=_shards.ray_options_if(args)))
     print(M.format_results(results, significance=significance))
     if args.out:
-        json_path, csv_path = M.write_results(results, output_dir(args.out), significance=significance)
-        print(f"wrote {json_path} and {csv_path}")
+        print("wrote {} and {}".format(*M.write_results(results, output_dir(args.out), significance=significance)))
     return 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from capscore.commands._args import add_device, add_model, positive_int
-from capscore.errors import CapscoreError
 
 
 def configure(p) -> None:
@@ -20,8 +19,6 @@ def run(args) -> int:
     from capscore.probes.demo import format_summary, run_demo
 
     out = Path(args.out)
-    if args.n < 2:
-        raise CapscoreError(f"--n must be >= 2; got {args.n}")
     res = run_demo(out, n=args.n, seed=args.seed, model=args.model, device=args.device, dtype=args.dtype)
     print(format_summary(res, out))
     return 0

@@ -1,8 +1,6 @@
 """``capscore explain``: token–patch similarity heat map of one word of a caption over an image, before
-(default) or after (``--refined``) ABE's semantic refinement (:mod:`capscore.report.explain`)."""
+(default) or after (``--refined``) ABE's semantic refinement (:mod:`capscore.probes.explain`)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 from capscore.commands._args import add_device, add_model, positive_int
 from capscore.report.explain import COLOR_RANGE
@@ -28,8 +26,6 @@ def run(args) -> int:
     from capscore.errors import CapscoreError
     from capscore.probes.explain import explain_word
 
-    if Path(args.out).suffix.lower() != ".png":
-        raise CapscoreError(f"--out must be a .png file; got {args.out!r}")
     low, high = args.color_range
     if not low < high:
         raise CapscoreError(f"--color-range LOW HIGH needs LOW < HIGH; got {low} {high}")

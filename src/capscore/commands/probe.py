@@ -11,10 +11,11 @@ from capscore.commands._args import (
     probability,
 )
 from capscore.errors import CapscoreError
-from capscore.probes.job import CAPTION_SUITES, COSINE_ONLY_SUITES, DATA_SUITES, FILE_SUITES, RANKING_SUITES
 
 
 def configure(p) -> None:
+    from capscore.probes.job import CAPTION_SUITES, DATA_SUITES, FILE_SUITES
+
     add_model(p)
     p.add_argument("--suite", required=True, metavar="NAME",
                    help="one of: " + ", ".join(FILE_SUITES + CAPTION_SUITES + DATA_SUITES) + ", and the scenes-* suites")
@@ -70,9 +71,9 @@ def run(args) -> int:
     from functools import partial
 
     from capscore._log import is_quiet
-    from capscore.backbones import load_backbone
     from capscore.engines.ray import make_encoder
     from capscore.probes import job as J
+    from capscore.probes.job import COSINE_ONLY_SUITES, RANKING_SUITES
     from capscore.probes.retrieval import RERANK_K
     from capscore.scores.pairs import get_pair_scorer
 
@@ -93,7 +94,6 @@ def run(args) -> int:
                       seed=args.seed, batch_size=args.batch_size, progress=not is_quiet(),
                       cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
     results = J.run_probe(job, args.model, scorer=scorer, out=Path(args.out).expanduser(), fmt=args.format,
-                          inputs=inputs, make_encoder=lambda spec: encoder(
-                              load_backbone(spec, device=args.device, dtype=args.dtype, seed=args.seed), spec=spec))
+                          inputs=inputs, make_encoder=encoder, device=args.device, dtype=args.dtype)
     print(J.format_summary(results), flush=True)
     return 0

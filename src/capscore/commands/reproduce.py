@@ -4,10 +4,11 @@
 ``reproduce.json``."""
 from __future__ import annotations
 
+from capscore.commands._args import add_device, output_dir, positive_int
+from capscore.errors import CapscoreError
+
 
 def configure(p) -> None:
-    from capscore.commands._args import add_device, positive_int
-
     p.add_argument("table", nargs="?", metavar="TABLE", help="a table name (see --list) or a CSV of the same columns")
     p.add_argument("--list", action="store_true", help="show every table with its rows, then stop")
     p.add_argument("--data-root", metavar="DIR", help="datasets in their published layouts (default $CAPSCORE_DATA "
@@ -21,18 +22,16 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    from capscore.commands._args import output_dir
-    from capscore.errors import CapscoreError
-    from capscore.meta.reproduce import default_root, format_results, format_tables, read_table, run_table, write_results
+    from capscore.meta.reproduce import (default_root, format_results, format_tables, read_table, run_table,
+                                         write_results)
 
     if args.list:
         print(format_tables())
         return 0
     if not args.table:
         raise CapscoreError("give a TABLE (see `capscore reproduce --list`)")
-    rows = read_table(args.table)
     data_root, weights_root = default_root("data", args.data_root), default_root("weights", args.weights_root)
-    results = run_table(rows, data_root=data_root, weights_root=weights_root, device=args.device,
+    results = run_table(read_table(args.table), data_root=data_root, weights_root=weights_root, device=args.device,
                         batch_size=args.batch_size, seed=args.seed)
     print(f"{args.table}: data {data_root}, weights {weights_root}")
     print(format_results(results))

@@ -3,7 +3,6 @@ scenes-tiny is trained by the ``scenes-tiny`` recipe of ``capscore train``."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from capscore.commands._args import add_common, add_device, add_model, output_dir, output_file, positive_int
 from capscore.errors import CapscoreError
@@ -67,14 +66,13 @@ def _eval(args) -> int:
     from capscore.embed.engine import Encoder
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, format_report
 
-    if args.out:
-        output_file(args.out)  # a folder or an unwritable place fails now, not after the evaluation
+    out = output_file(args.out) if args.out else None  # a folder or an unwritable place fails now, not at the end
     encoder = Encoder(load_backbone(args.model, device=args.device, dtype=args.dtype), progress=not is_quiet())
     res = evaluate_scenes(encoder, n=args.n, seed=EVAL_SEED if args.seed is None else args.seed,
                           prefix=args.prefix)
     print(format_report(res, by_objects=args.by_objects, by_binding=args.by_binding))
-    if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    if out:
+        out.write_text(json.dumps(res, indent=1) + "\n")
     return 0
 
 

@@ -63,23 +63,16 @@ def configure(p) -> None:
 
 def run(args) -> int:
     import sys
-    from pathlib import Path
-
     from dataclasses import fields
+    from pathlib import Path
 
     from capscore.errors import CapscoreError
     from capscore.train.options import TrainSpec
     from capscore.train.run import build_stages, format_run, run_stages
 
-    sets = {}
-    for s in args.set:
-        key, eq, value = s.partition("=")
-        if not eq:
-            raise CapscoreError(f"--set {s!r}: expected KEY=VALUE")
-        sets[key.strip()] = value.strip()
     if args.stage is not None and args.config is None:
         raise CapscoreError("--stage selects a stage of a --config file; give --config")
-    stages = build_stages(args.recipe, config=args.config, stage=args.stage, out=args.out, sets=sets,  # all checked
+    stages = build_stages(args.recipe, config=args.config, stage=args.stage, out=args.out, sets=args.set,  # all checked
                           options={f.name: getattr(args, f.name) for f in fields(TrainSpec)
                                    if f.name != "recipe" and getattr(args, f.name, None) is not None})
     out = Path(args.out).expanduser()

@@ -283,7 +283,7 @@ def format_results(results: Sequence, *, significance=None) -> str:
 def write_results(results: Sequence, out: str | Path, *, significance=None) -> tuple[Path, Path]:
     """``out/correlate.json`` (every result with its provenance, and ``significance``), ``out/correlate.csv``
     and, when the results carry items, ``out/correlate_items.jsonl`` -> (json path, csv path)."""
-    from capscore.data.outputs import output_dir
+    from capscore.report.outputs import output_dir
 
     out = output_dir(out)
     json_path, csv_path = out / "correlate.json", out / "correlate.csv"

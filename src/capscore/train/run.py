@@ -202,15 +202,22 @@ TEXT_OPTIONS = ("betas", "languages")  # TrainSpec fields that may be given as t
 
 def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | None = None,
                  out: str | Path = ".", options: Mapping[str, Any] | None = None,
-                 sets: Mapping[str, str] | None = None) -> list[Stage]:
+                 sets: Mapping[str, str] | Sequence[str] | None = None) -> list[Stage]:
     """The typed stages of one run: those of the recipe file ``config`` (only ``stage``, with its ``{NAME}``
     references resolved against the other stages' folders under ``out``), or one stage of ``recipe``'s
     defaults; each with ``options`` (TrainSpec fields; ``betas`` and ``languages`` may be text, parsed by their
-    type: "0.9,0.98", "de,fr") and ``sets`` (recipe parameters, parsed by their type) applied over it."""
+    type: "0.9,0.98", "de,fr") and ``sets`` (recipe parameters, {KEY: VALUE} or "KEY=VALUE" items, parsed by
+    their type) applied over it."""
     from capscore.errors import param_error, unknown_name
     from capscore.train.options import find_recipe_file, load_recipe_file
     from capscore.train.recipes import get_recipe
 
+    if sets is not None and not isinstance(sets, Mapping):
+        pairs = [s.partition("=") for s in sets]
+        for s, (_, eq, _) in zip(sets, pairs):
+            if not eq:
+                raise param_error("sets", "build_stages", "KEY=VALUE items", s)
+        sets = {key.strip(): value.strip() for key, _, value in pairs}
     if config is not None:
         path = find_recipe_file(config)
         found, stages = load_recipe_file(path)
