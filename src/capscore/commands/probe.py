@@ -80,6 +80,8 @@ def run(args) -> int:
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise CapscoreError(f"--out {args.out}: is an existing file; --out names the output folder")
     suite, scorer_name = args.suite, args.scorer or J.default_scorer(args.suite)
+    if suite in RANKING_SUITES and scorer_name not in ("cosine", "abe"):
+        raise CapscoreError(f"--suite {suite} ranks by cosine or re-ranks with --scorer abe; got --scorer {scorer_name}")
     if suite in RANKING_SUITES + COSINE_ONLY_SUITES and args.prefix is not None:
         raise CapscoreError(f"--prefix does not apply to --suite {suite}")
     if "rerank_k" in args and not (suite in RANKING_SUITES and scorer_name == "abe"):

@@ -73,15 +73,18 @@ class ProbeJob:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise param_error(name, "ProbeJob", "a positive integer", getattr(self, name))
         if self.suite in COSINE_ONLY_SUITES and self.scorer != "cosine":
-            raise param_error("scorer", "ProbeJob", f"'cosine' for suite {self.suite}", self.scorer)
+            raise param_error("scorer", "ProbeJob", f"'cosine' for suite {self.suite} (it ranks by cosine only)",
+                              self.scorer)
         if self.suite in RANKING_SUITES and self.scorer not in ("cosine", "abe"):
             raise param_error("scorer", "ProbeJob", f"'cosine' or 'abe' for suite {self.suite}", self.scorer)
-        for name, default, suites in (("split", "test", ("retrieval",)), ("captions_per_image", 5, ("retrieval",)),
-                                      ("templates", None, ("zeroshot", "scenes-zeroshot")),
-                                      ("classnames", None, ("zeroshot", "scenes-zeroshot"))):
+        zeroshot = ("zeroshot", "scenes-zeroshot")
+        for name, default, suites, what in (("split", "test", ("retrieval",), "retrieval"),
+                                            ("captions_per_image", 5, ("retrieval",), "retrieval"),
+                                            ("templates", None, zeroshot, "the zeroshot suites"),
+                                            ("classnames", None, zeroshot, "the zeroshot suites")):
             if self.suite not in suites and getattr(self, name) != default:
-                raise param_error(name, "ProbeJob", f"{default!r} for suite {self.suite} (it applies to "
-                                  f"{', '.join(suites)} only)", getattr(self, name))
+                raise param_error(name, "ProbeJob", f"{default!r} for suite {self.suite} (it applies to {what} only)",
+                                  getattr(self, name))
 
 
 def load_inputs(job: ProbeJob):
