@@ -18,8 +18,8 @@ import math
 from collections.abc import Sequence
 from functools import partial
 
-from capscore.report import outputs
 from capscore.errors import CapscoreError
+from capscore.report import outputs
 
 
 def _number(text: str, kind: type):

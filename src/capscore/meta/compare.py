@@ -9,7 +9,6 @@ present in only one file are counted and left out.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path

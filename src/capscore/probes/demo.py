@@ -62,9 +62,9 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
 
     from capscore.backbones import load_backbone
     from capscore.embed.engine import Encoder
+    from capscore.pipeline import Summary, score_all
     from capscore.scenes import generate_scenes, render_size
     from capscore.scenes.captions import short
-    from capscore.pipeline import Summary, score_all
 
     if n < 2:
         raise param_error("n", "run_demo", "an integer >= 2", n)
