@@ -477,7 +477,7 @@ def _read_probe_rows(path: Path, reader: _Reader) -> list[dict]:
     return rows
 
 
-def _safe(name: str) -> str:  # the file-name rule of commands/probe.py
+def _safe(name: str) -> str:  # the file-name rule of probes/job.py
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
 
 
