@@ -276,7 +276,7 @@ def test_m_capeval1k_defaults_to_tau_c_and_pearson_per_language():
 
 def test_decapbench_shows_specs_table2_columns(capsys):
     # SPECS Table 2: PCC rho, 1 - R^2 (unfitted, x1), Kd tau, Sp tau
-    from capscore.commands.correlate import format_table
+    from capscore.meta.run import format_results as format_table
     from capscore.meta.evaluate import correlate_scores
 
     human = np.array([1, 2, 4, 3, 5, 2, 1, 4, 3, 5, 2, 3], dtype=float)

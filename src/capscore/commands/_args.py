@@ -9,17 +9,17 @@
 * ``-q`` / ``--debug``, accepted before *and* after the subcommand.
 * Range ``type=`` helpers (positive_int, …): argparse turns the ``ArgumentTypeError``
   raised here into its one-line usage error and exit status 2, before any file is read or model loaded.
-* :func:`output_dir`, :func:`output_file` and :func:`refuse_input_as_output`, the checks every
-  command makes before writing to ``--out``.
+* :func:`output_dir`, :func:`output_file`, :func:`refuse_input_as_output`: :mod:`capscore.report.outputs`.
 """
 from __future__ import annotations
 
 import argparse
 import math
 from collections.abc import Sequence
-from pathlib import Path
+from functools import partial
 
 from capscore.errors import CapscoreError
+from capscore.report import outputs
 
 
 def _number(text: str, kind: type):
@@ -33,78 +33,44 @@ def _number(text: str, kind: type):
     return value
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (batch sizes, step counts, number of scenes)."""
-    value = _number(text, int)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer; got {text}")
-    return value
+def _ranged(kind: type, ok, what: str, doc: str):
+    def parse(text: str):
+        value = _number(text, kind)
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {what}; got {text}")
+        return value
+
+    parse.__doc__ = doc
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """An integer >= 0 (0 usually means 'none' or 'off')."""
-    value = _number(text, int)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0; got {text}")
-    return value
+positive_int = _ranged(int, lambda v: v >= 1, "a positive integer", "An integer >= 1 (batch sizes, step counts).")
+non_negative_int = _ranged(int, lambda v: v >= 0, "an integer >= 0", "An integer >= 0 (0 usually means 'none').")
+positive_float = _ranged(float, lambda v: v > 0, "a number > 0", "A finite number > 0 (learning rates).")
+non_negative_float = _ranged(float, lambda v: v >= 0, "a number >= 0", "A finite number >= 0 (weight decay).")
+probability = _ranged(float, lambda v: 0 <= v <= 1, "a probability in [0, 1]", "A number in [0, 1].")
 
 
-def positive_float(text: str) -> float:
-    """A finite number > 0 (learning rates)."""
-    value = _number(text, float)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a number > 0; got {text}")
-    return value
+def count_or_all(text: str) -> int | None:
+    """A positive integer, or ``all`` (None)."""
+    if text == "all":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or 'all'; got {text!r}")
+    return int(text)
 
 
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0 (weight decay, gradient clipping)."""
-    value = _number(text, float)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0; got {text}")
-    return value
+# the output checks of capscore.report.outputs, naming the flag
+output_dir = partial(outputs.output_dir, name="--out")
+output_file = partial(outputs.output_file, name="--out")
+refuse_input_as_output = partial(outputs.refuse_input_as_output, name="--out")
 
 
-def probability(text: str) -> float:
-    """A number in [0, 1]."""
-    value = _number(text, float)
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be a probability in [0, 1]; got {text}")
-    return value
+def job_of(cls, args, **given):
+    """The typed job ``cls`` (a dataclass) from the flags of its fields' names; ``given`` for the others."""
+    from dataclasses import fields
 
-
-def output_dir(path: str | Path, option: str = "--out") -> Path:
-    """``--out DIR``: refuse an existing file (instead of failing deep inside), create the folder."""
-    out = Path(path).expanduser()
-    if out.exists() and not out.is_dir():
-        raise CapscoreError(f"{option} {out}: is an existing file; {option} names a folder here")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CapscoreError(f"{option} {out}: cannot create the folder ({e.strerror or e})") from None
-    return out
-
-
-def output_file(path: str | Path, option: str = "--out") -> Path:
-    """``--out FILE``: refuse a folder, make sure the parent folder exists and is writable."""
-    out = Path(path).expanduser()
-    if out.is_dir():
-        raise CapscoreError(f"{option} {out}: is a folder; {option} names a file here")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CapscoreError(f"{option} {out}: cannot create its folder ({e.strerror or e})") from None
-    return out
-
-
-def refuse_input_as_output(out: str | Path, inputs: dict[str, object], option: str = "--out") -> None:
-    """Refuse an ``--out`` that is one of the input files (``--overwrite`` would destroy it)."""
-    target = Path(out).expanduser().resolve()
-    for name, value in inputs.items():
-        for p in value if isinstance(value, (list, tuple)) else [value]:
-            if p and Path(p).expanduser().resolve() == target:
-                raise CapscoreError(f"{option} {out} is also the {name} input; writing results there would "
-                                    "destroy it — choose another output file")
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)} | given)
 
 
 DTYPES = ("fp32", "fp16", "bf16")
@@ -173,11 +139,8 @@ def add_device(p, *, default_device: str = "cpu") -> None:
 
 
 def add_common(p, *, top: bool = False) -> None:
-    """``-q`` / ``--debug``: on the top parser, and on every subcommand so they also work after it.
-
-    On subcommands the default is SUPPRESS, so an unset flag there does not
-    overwrite one given before the subcommand.
-    """
+    """``-q`` / ``--debug`` on the top parser and on every subcommand (default SUPPRESS there, so an unset
+    flag after the subcommand does not overwrite one given before it)."""
     default = {} if top else {"default": argparse.SUPPRESS}
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars or warnings", **default)
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error", **default)
@@ -199,11 +162,8 @@ def add_abe_arguments(p) -> None:
 
 def abe_options(args) -> dict:
     """The ABE options the user set (unset ones keep AbeConfig's defaults); errors name the flag."""
-    opts = {}
-    for flag, key in (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"), ("concept_pool", "pool")):
-        value = getattr(args, flag, None)
-        if value is not None:
-            opts[key] = value
+    names = (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"), ("concept_pool", "pool"))
+    opts = {key: getattr(args, flag) for flag, key in names if getattr(args, flag, None) is not None}
     for flag, key in (("--abe-k", "k"), ("--abe-p", "p")):
         if key in opts and opts[key] < 1:
             raise CapscoreError(f"{flag} must be an integer >= 1; got {opts[key]}")

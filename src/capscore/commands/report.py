@@ -4,10 +4,10 @@ A thin shell over :func:`capscore.report.html.write_report` (see docs/report.md)
 """
 from __future__ import annotations
 
+from capscore.commands._args import positive_int
+
 
 def configure(p) -> None:
-    from capscore.commands._args import positive_int
-
     p.add_argument("runs", nargs="+", metavar="RUN_DIR",
                    help="output folders (searched recursively) or files of score, probe, correlate, train "
                         "and explain runs")
@@ -18,13 +18,11 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    from dataclasses import replace
-
     from capscore.errors import CapscoreError
     from capscore.report.html import SECTIONS, write_report
-    from capscore.report.rows import DEFAULT_LIMITS
+    from capscore.report.rows import DEFAULT_LIMITS, Limits
 
-    limits = DEFAULT_LIMITS if args.max_rows is None else replace(DEFAULT_LIMITS, max_rows=args.max_rows)
+    limits = DEFAULT_LIMITS if args.max_rows is None else Limits(max_rows=args.max_rows)
     if not str(args.out).lower().endswith((".html", ".htm")):
         raise CapscoreError(f"--out must be an .html file; got {str(args.out)!r}")
     out, runs = write_report(args.runs, args.out, title=args.title, limits=limits)

@@ -1,19 +1,14 @@
 """``capscore reproduce``: recompute the papers' headline numbers and compare (see :mod:`capscore.meta.reproduce`).
 
-``capscore reproduce --list`` shows every shipped table with its rows; ``capscore reproduce TABLE --data-root
-DIR --weights-root DIR`` runs each row's protocol on the local files, prints ours | paper | Δ | within
-tolerance, skips rows whose data, weights or tools are absent (one line each) and, with ``--out``, writes
-``reproduce.json``.
-"""
+``--list`` shows every shipped table; ``TABLE`` runs each row's protocol on the local files; ``--out`` writes
+``reproduce.json``."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from capscore.commands._args import add_device, output_dir, positive_int
+from capscore.errors import CapscoreError
 
 
 def configure(p) -> None:
-    from capscore.commands._args import add_device, positive_int
-
     p.add_argument("table", nargs="?", metavar="TABLE", help="a table name (see --list) or a CSV of the same columns")
     p.add_argument("--list", action="store_true", help="show every table with its rows, then stop")
     p.add_argument("--data-root", metavar="DIR", help="datasets in their published layouts (default $CAPSCORE_DATA "
@@ -26,41 +21,22 @@ def configure(p) -> None:
     p.add_argument("--out", metavar="DIR", help="write reproduce.json here")
 
 
-def _list() -> str:
-    from capscore.meta.reproduce import read_table, table_names
-    from capscore.report.tables import format_table
-
-    parts = []
-    for name in table_names():
-        rows = read_table(name)
-        parts.append(f"{name} ({len(rows)} rows; {rows[0].source})")
-        parts.append(format_table([{"dataset": r.dataset, "metric": r.metric, "backbone": r.backbone,
-                                    "statistic": r.statistic, "paper": f"{r.paper:.1f}", "±": f"{r.tolerance:g}",
-                                    "model": r.model} for r in rows]))
-    return "\n".join(parts)
-
-
 def run(args) -> int:
-    from capscore.commands._args import output_dir
-    from capscore.errors import CapscoreError
-    from capscore.meta.reproduce import default_root, format_results, read_table, run_table
+    from capscore.meta.reproduce import (default_root, format_results, format_tables, read_table, run_table,
+                                         write_results)
 
     if args.list:
-        print(_list())
+        print(format_tables())
         return 0
     if not args.table:
         raise CapscoreError("give a TABLE (see `capscore reproduce --list`)")
-    rows = read_table(args.table)
-    data_root = Path(args.data_root).expanduser() if args.data_root else default_root("data")
-    weights_root = Path(args.weights_root).expanduser() if args.weights_root else default_root("weights")
-    results = run_table(rows, data_root=data_root, weights_root=weights_root, device=args.device,
+    data_root, weights_root = default_root("data", args.data_root), default_root("weights", args.weights_root)
+    results = run_table(read_table(args.table), data_root=data_root, weights_root=weights_root, device=args.device,
                         batch_size=args.batch_size, seed=args.seed)
     print(f"{args.table}: data {data_root}, weights {weights_root}")
     print(format_results(results))
     if args.out:
-        out = output_dir(args.out) / "reproduce.json"
-        out.write_text(json.dumps({"kind": "reproduce", "table": str(args.table), "data_root": str(data_root),
-                                   "weights_root": str(weights_root), "seed": args.seed,
-                                   "rows": [r.as_dict() for r in results]}, indent=2) + "\n", encoding="utf-8")
+        out = write_results(output_dir(args.out) / "reproduce.json", results, table=args.table, data_root=data_root,
+                            weights_root=weights_root, seed=args.seed)
         print(f"wrote {out}")
     return 0

@@ -3,7 +3,6 @@ scenes-tiny is trained by the ``scenes-tiny`` recipe of ``capscore train``."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from capscore.commands._args import add_common, add_device, add_model, output_dir, output_file, positive_int
 from capscore.errors import CapscoreError
@@ -42,10 +41,6 @@ def configure(p) -> None:
 
 
 def _generate(args) -> int:
-    from capscore.scenes import generate_scenes, truth
-
-    if args.n < 1:
-        raise CapscoreError(f"--n must be >= 1; got {args.n}")
     out = output_dir(args.out)
     video_opts = {"frames": args.frames, "fps": args.fps, "codec": args.codec}
     if not args.videos and any(v is not None for v in video_opts.values()):
@@ -53,24 +48,14 @@ def _generate(args) -> int:
     if args.videos:
         from capscore.scenes.video import write_scenes_videos
 
-        args.frames = 8 if args.frames is None else args.frames
-        args.fps = 4.0 if args.fps is None else args.fps
-        args.codec = args.codec or "lossless"
-        if args.frames < 2 or args.fps <= 0:
-            raise CapscoreError(f"--frames must be >= 2 and --fps > 0; got {args.frames}, {args.fps}")
-        write_scenes_videos(out, args.n, seed=args.seed, frames=args.frames, fps=args.fps, size=args.size,
-                            split=args.split, codec=args.codec)
+        write_scenes_videos(out, args.n, seed=args.seed, size=args.size, split=args.split,
+                            **{k: v for k, v in video_opts.items() if v is not None})
         print(f"wrote {args.n} clips to {out}/ (videos/*.mp4 and captions.jsonl with oracle scores); score them with\n"
               f"  capscore score --videos {out}/videos --captions {out}/captions.jsonl --metric pac-s --out scores.jsonl")
         return 0
-    (out / "images").mkdir(parents=True, exist_ok=True)
-    with open(out / "scenes.jsonl", "w", encoding="utf-8") as f:
-        for s in generate_scenes(args.n, seed=args.seed, split=args.split, size=args.size):
-            s.render().save(out / "images" / f"{s.id}.png")
-            row = {"id": s.id, "image": f"images/{s.id}.png", "caption": s.short_caption(),
-                   "long_caption": s.long_caption(), "translations": s.translations(), "heldout": s.heldout,
-                   "objects": [o.__dict__ for o in s.objects], "facts": sorted(map(repr, truth(s)))}
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    from capscore.scenes.files import write_scenes
+
+    write_scenes(out, args.n, seed=args.seed, split=args.split, size=args.size)
     print(f"wrote {args.n} scenes to {out}/ (images/ and scenes.jsonl)")
     return 0
 
@@ -81,14 +66,13 @@ def _eval(args) -> int:
     from capscore.embed.engine import Encoder
     from capscore.scenes.evaluate import EVAL_SEED, evaluate_scenes, format_report
 
-    if args.out:
-        output_file(args.out)  # a folder or an unwritable place fails now, not after the evaluation
+    out = output_file(args.out) if args.out else None  # a folder or an unwritable place fails now, not at the end
     encoder = Encoder(load_backbone(args.model, device=args.device, dtype=args.dtype), progress=not is_quiet())
     res = evaluate_scenes(encoder, n=args.n, seed=EVAL_SEED if args.seed is None else args.seed,
                           prefix=args.prefix)
     print(format_report(res, by_objects=args.by_objects, by_binding=args.by_binding))
-    if args.out:
-        Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
+    if out:
+        out.write_text(json.dumps(res, indent=1) + "\n")
     return 0
 
 

@@ -61,76 +61,25 @@ def configure(p) -> None:
                    help="also log to OUT/tensorboard (needs tensorboard)")
 
 
-# flag (argparse dest) -> TrainSpec field; the rest are arguments of the run (out, device, dtype, resume)
-TYPED_FLAGS = ("model", "data", "steps", "batch_size", "accum", "lr", "warmup", "weight_decay", "eps", "grad_clip",
-               "seed", "amp", "deterministic", "eval_every", "eval_scenes", "ckpt_every", "keep_checkpoints",
-               "tensorboard")
-STRING_FLAGS = ("betas", "languages")  # parsed by the spec's field type
-
-
-def stages_of(args) -> list:
-    """The flags as typed training specs: the stages of ``--config`` (or one stage of the recipe's defaults),
-    each with the flags given and ``--set`` applied over it."""
-    from capscore.errors import CapscoreError
-    from capscore.train.options import Stage, TrainSpec, find_recipe_file, load_recipe_file
-    from capscore.train.recipes import get_recipe
-    from capscore.train.run import resolve_stages
-
-    sets = {}
-    for s in args.set:
-        key, eq, value = s.partition("=")
-        if not eq:
-            raise CapscoreError(f"--set {s!r}: expected KEY=VALUE")
-        sets[key.strip()] = value.strip()
-    if args.config is not None:
-        path = find_recipe_file(args.config)
-        recipe, stages = load_recipe_file(path)
-        if recipe != args.recipe:
-            raise CapscoreError(f"--config {path}: is a recipe file for {recipe!r}, not {args.recipe!r}")
-        if args.stage is not None:
-            names = [s.name for s in stages]
-            if args.stage not in names:
-                from capscore.errors import unknown_name
-
-                raise CapscoreError(f"--stage: {unknown_name(f'stage of {path}', args.stage, names)}")
-            # its {NAME} references are the other stages' folders under --out
-            stages = [s for s, _ in resolve_stages(stages, args.out) if s.name == args.stage]
-    else:
-        if args.stage is not None:
-            raise CapscoreError("--stage selects a stage of a --config file; give --config")
-        stages = [Stage("", TrainSpec(args.recipe, get_recipe(args.recipe).defaults()))]
-    given = {k: getattr(args, k) for k in TYPED_FLAGS if getattr(args, k, None) is not None}
-    given |= TrainSpec.parse_options(args.recipe, {k: getattr(args, k) for k in STRING_FLAGS
-                                                   if getattr(args, k, None) is not None})
-    return [Stage(s.name, s.spec.replace(**given).with_params(sets)) for s in stages]
-
-
 def run(args) -> int:
     import sys
+    from dataclasses import fields
     from pathlib import Path
 
     from capscore.errors import CapscoreError
-    from capscore.train.loop import latest_checkpoint
-    from capscore.train.run import resolve_stages, run_spec
+    from capscore.train.options import TrainSpec
+    from capscore.train.run import build_stages, format_run, run_stages
 
-    stages = stages_of(args)  # every option checked before anything is written
+    if args.stage is not None and args.config is None:
+        raise CapscoreError("--stage selects a stage of a --config file; give --config")
+    stages = build_stages(args.recipe, config=args.config, stage=args.stage, out=args.out, sets=args.set,  # all checked
+                          options={f.name: getattr(args, f.name) for f in fields(TrainSpec)
+                                   if f.name != "recipe" and getattr(args, f.name, None) is not None})
     out = Path(args.out).expanduser()
     if out.exists() and not out.is_dir():  # the folder itself is made once data and model have loaded
         raise CapscoreError(f"--out {out}: is an existing file; --out names the output folder")
-    command = "capscore " + " ".join(sys.argv[1:])
-    several = len(stages) > 1 or bool(stages[0].name)
-    for stage, folder in resolve_stages(stages, out):
-        # resuming a several-stage file: a stage with no checkpoint yet starts from its beginning
-        resume = args.resume and (not several or latest_checkpoint(folder / "checkpoints") is not None)
-        if several:
-            print(f"stage {stage.name}: {folder}")
-        done = run_spec(stage.spec, folder, device=args.device, dtype=args.dtype, resume=resume, command=command)
-        if done.result.history:
-            print(f"trained {stage.spec.recipe} for {done.config.steps} steps (final loss "
-                  f"{done.result.history[-1]['loss']:.4f}); load with --model ckpt:{done.model_path}")
-        else:  # resumed from its last checkpoint
-            print(f"{stage.spec.recipe}: all {done.config.steps} steps were already trained; load with --model "
-                  f"ckpt:{done.model_path}")
-        for e in done.result.evals:
-            print("  eval", " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in e.items()))
+    run_stages(stages, out, device=args.device, dtype=args.dtype, resume=args.resume,
+               command="capscore " + " ".join(sys.argv[1:]),
+               on_stage=lambda stage, folder: print(f"stage {stage.name}: {folder}"),
+               on_done=lambda stage, done: print(format_run(done, stage.spec.recipe)))
     return 0

@@ -47,10 +47,12 @@ DATA_LAYOUT: dict[str, tuple[str, str, str | None]] = {
 }
 
 
-def default_root(kind: str) -> Path:
-    """``$CAPSCORE_DATA`` / ``$CAPSCORE_WEIGHTS``, else ``~/.cache/capscore/data`` / ``weights``."""
+def default_root(kind: str, given: str | os.PathLike | None = None) -> Path:
+    """``given``, else ``$CAPSCORE_DATA`` / ``$CAPSCORE_WEIGHTS``, else ``~/.cache/capscore/data`` / ``weights``."""
     from capscore.embed.cache import DEFAULT_CACHE_DIR
 
+    if given:
+        return Path(given).expanduser()
     env = {"data": "CAPSCORE_DATA", "weights": "CAPSCORE_WEIGHTS"}[kind]
     return Path(os.environ[env]).expanduser() if os.environ.get(env) else DEFAULT_CACHE_DIR / kind
 
@@ -241,7 +243,33 @@ def format_results(results: Sequence[RowResult]) -> str:
     return "\n".join(lines) if lines else "(no rows)"
 
 
+def format_tables() -> str:
+    """Every shipped table with its rows (``capscore reproduce --list``)."""
+    from capscore.report.tables import format_table
+
+    parts = []
+    for name in table_names():
+        rows = read_table(name)
+        parts.append(f"{name} ({len(rows)} rows; {rows[0].source})")
+        parts.append(format_table([{"dataset": r.dataset, "metric": r.metric, "backbone": r.backbone,
+                                    "statistic": r.statistic, "paper": f"{r.paper:.1f}", "±": f"{r.tolerance:g}",
+                                    "model": r.model} for r in rows]))
+    return "\n".join(parts)
+
+
+def write_results(path: Path, results: Sequence[RowResult], *, table: str, data_root: Path, weights_root: Path,
+                  seed: int) -> Path:
+    """``reproduce.json``: every row's result with the table, roots and seed it was made with."""
+    import json
+
+    path.write_text(json.dumps({"kind": "reproduce", "table": str(table), "data_root": str(data_root),
+                                "weights_root": str(weights_root), "seed": seed,
+                                "rows": [r.as_dict() for r in results]}, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
 __all__ = [
     "DATA_LAYOUT", "PaperRow", "RowResult", "TABLES_DIR", "data_files", "default_root", "format_results",
-    "missing_data", "missing_tools", "read_table", "run_table", "table_names", "weights_file",
+    "format_tables", "missing_data", "missing_tools", "read_table", "run_table", "table_names", "weights_file",
+    "write_results",
 ]

@@ -49,7 +49,7 @@ from capscore.report.rows import (
     row_file_columns,
 )
 
-EXPLAIN_PNG_KEY = "capscore-explain"  # the PNG text chunk commands/explain.py writes (its PNG_KEY)
+EXPLAIN_PNG_KEY = "capscore-explain"  # the PNG text chunk report/explain.py writes
 SKIP_DIRS = {"checkpoints", "tensorboard", "__pycache__", "_shards"}
 PARTS = tuple(c for c in NUMERIC_COLUMNS if c != "score")  # a score's parts, shown as per-system means
 NOT_RECORDED = {"model": "model not recorded", "metric": "metric not recorded"}
@@ -477,7 +477,7 @@ def _read_probe_rows(path: Path, reader: _Reader) -> list[dict]:
     return rows
 
 
-def _safe(name: str) -> str:  # the file-name rule of commands/probe.py
+def _safe(name: str) -> str:  # the file-name rule of probes/job.py
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "model"
 
 

@@ -116,6 +116,11 @@ def write_scenes_videos(out: str | os.PathLike, n: int, *, seed: int = 0, frames
     caption kind, oracle scores), ready for ``capscore score --videos out/videos --captions out/captions.jsonl``."""
     import json
 
+    from capscore.errors import param_error
+
+    if frames < 2 or not fps > 0:
+        raise param_error("frames" if frames < 2 else "fps", "write_scenes_videos",
+                          ">= 2" if frames < 2 else "> 0", frames if frames < 2 else fps)
     out = Path(out)
     (out / "videos").mkdir(parents=True, exist_ok=True)
     with open(out / "captions.jsonl", "w", encoding="utf-8") as f:

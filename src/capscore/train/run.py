@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from capscore.errors import CapscoreError
 from capscore.train.loop import TrainConfig, TrainResult
@@ -194,3 +195,77 @@ def _export_scenes_tiny(bb, out: Path, params: dict, cfg: TrainConfig, command: 
                            evaluation=evaluation)
     (out / "scenes-tiny.json").write_text(json.dumps(report, indent=1) + "\n")
 
+
+
+TEXT_OPTIONS = ("betas", "languages")  # TrainSpec fields that may be given as text
+
+
+def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | None = None,
+                 out: str | Path = ".", options: Mapping[str, Any] | None = None,
+                 sets: Mapping[str, str] | Sequence[str] | None = None) -> list[Stage]:
+    """The typed stages of one run: those of the recipe file ``config`` (only ``stage``, with its ``{NAME}``
+    references resolved against the other stages' folders under ``out``), or one stage of ``recipe``'s
+    defaults; each with ``options`` (TrainSpec fields; ``betas`` and ``languages`` may be text, parsed by their
+    type: "0.9,0.98", "de,fr") and ``sets`` (recipe parameters, {KEY: VALUE} or "KEY=VALUE" items, parsed by
+    their type) applied over it."""
+    from capscore.errors import param_error, unknown_name
+    from capscore.train.options import find_recipe_file, load_recipe_file
+    from capscore.train.recipes import get_recipe
+
+    if sets is not None and not isinstance(sets, Mapping):
+        pairs = [s.partition("=") for s in sets]
+        for s, (_, eq, _) in zip(sets, pairs):
+            if not eq:
+                raise param_error("sets", "build_stages", "KEY=VALUE items", s)
+        sets = {key.strip(): value.strip() for key, _, value in pairs}
+    if config is not None:
+        path = find_recipe_file(config)
+        found, stages = load_recipe_file(path)
+        if found != recipe:
+            raise CapscoreError(f"config {path}: is a recipe file for {found!r}, not {recipe!r}")
+        if stage is not None:
+            names = [s.name for s in stages]
+            if stage not in names:
+                raise CapscoreError(f"stage: {unknown_name(f'stage of {path}', stage, names)}")
+            stages = [s for s, _ in resolve_stages(stages, out) if s.name == stage]
+    else:
+        if stage is not None:
+            raise param_error("stage", "build_stages", "None without a config file", stage)
+        stages = [Stage("", TrainSpec(recipe, get_recipe(recipe).defaults()))]
+    text = {k: v for k, v in (options or {}).items() if k in TEXT_OPTIONS and isinstance(v, str)}
+    given = {k: v for k, v in (options or {}).items() if k not in text} | TrainSpec.parse_options(recipe, text)
+    return [Stage(s.name, s.spec.replace(**given).with_params(dict(sets or {}))) for s in stages]
+
+
+def run_stages(stages: Sequence[Stage], out: str | Path, *, device: str = "cpu", dtype: str | None = None,
+               resume: bool = False, command: str = "", on_stage: Callable[[Stage, Path], None] | None = None,
+               on_done: Callable[[Stage, RunOutput], None] | None = None) -> list[RunOutput]:
+    """Every stage in order, each in its folder (``out`` for a one-run file, ``out/NAME`` for each stage);
+    resuming a several-stage file, a stage with no checkpoint yet starts from its beginning.
+    ``on_stage(stage, folder)`` is called before each stage of a several-stage file, ``on_done(stage, output)``
+    after every stage."""
+    from capscore.train.loop import latest_checkpoint
+
+    several = len(stages) > 1 or bool(stages[0].name)
+    done = []
+    for stage, folder in resolve_stages(stages, out):
+        again = resume and (not several or latest_checkpoint(folder / "checkpoints") is not None)
+        if several and on_stage is not None:
+            on_stage(stage, folder)
+        done.append(run_spec(stage.spec, folder, device=device, dtype=dtype, resume=again, command=command))
+        if on_done is not None:
+            on_done(stage, done[-1])
+    return done
+
+
+def format_run(done: RunOutput, recipe: str) -> str:
+    """What one stage trained (or that it was already trained), where the model is, and its evaluations."""
+    if done.result.history:
+        lines = [f"trained {recipe} for {done.config.steps} steps (final loss "
+                 f"{done.result.history[-1]['loss']:.4f}); load with --model ckpt:{done.model_path}"]
+    else:  # resumed from its last checkpoint
+        lines = [f"{recipe}: all {done.config.steps} steps were already trained; load with --model "
+                 f"ckpt:{done.model_path}"]
+    lines += ["  eval " + " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in e.items())
+              for e in done.result.evals]
+    return "\n".join(lines)

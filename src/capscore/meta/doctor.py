@@ -1,0 +1,65 @@
+"""What is present and what is missing for the papers' protocols — offline, touches nothing.
+
+Datasets in their published layouts under the data root, the weights files the reproduction tables name
+under the weights root, Java (PTB tokenizer, METEOR, SPICE), pycocoevalcap, the CoreNLP jars SPICE needs,
+and the GPU.
+"""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+def checks(data_root: Path, weights_root: Path) -> list[tuple[str, str, bool, str]]:
+    """(group, item, present, detail) for every check."""
+    from capscore.meta.reproduce import DATA_LAYOUT, data_files, missing_data, read_table, table_names, weights_file
+    from capscore.scores import classic
+
+    out = []
+    for ds in DATA_LAYOUT:
+        why = missing_data(ds, data_root)
+        out.append(("dataset", ds, not why, why.removeprefix("data not found: ") if why else
+                    str(data_files(ds, data_root)[0])))
+    seen: dict[str, str] = {}
+    for t in table_names():
+        for r in read_table(t):
+            wf = weights_file(r.model, weights_root)
+            if wf is not None and str(wf) not in seen:
+                seen[str(wf)] = r.backbone
+    for wf, name in seen.items():
+        out.append(("weights", name, Path(wf).is_file(), wf))
+    java = classic.java()
+    version = ""
+    if java:
+        try:
+            proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+            version = (proc.stderr or proc.stdout).strip().splitlines()[0] if (proc.stderr or proc.stdout) else ""
+        except (OSError, subprocess.TimeoutExpired) as e:
+            version = f"does not run ({e})"
+    out.append(("tool", "java (PTB tokenizer, METEOR, SPICE)", bool(java),
+                f"{java}: {version}" if java else "not on PATH (Debian: apt-get install default-jre-headless)"))
+    try:
+        from importlib.metadata import version as pkg_version
+
+        pv = pkg_version("pycocoevalcap")
+        out.append(("tool", "pycocoevalcap", True, pv))
+    except Exception:  # noqa: BLE001  (PackageNotFoundError)
+        out.append(("tool", "pycocoevalcap", False, "pip install 'capscore[classic]'"))
+    found = classic.corenlp_dir()
+    out.append(("tool", "CoreNLP 3.6.0 jars (SPICE)", found is not None,
+                str(found) if found else f"put {' and '.join(classic.CORENLP_JARS)} in {classic.spice_dirs()[0]}"))
+    import torch
+
+    gpu = torch.cuda.is_available()
+    out.append(("device", "GPU (CUDA)", gpu, torch.cuda.get_device_name(0) if gpu else "none: models run on the CPU"))
+    return out
+
+
+def format_checks(rows: list[tuple[str, str, bool, str]]) -> str:
+    """:func:`checks` as a table and a count line."""
+    from capscore.report.tables import format_table
+
+    missing = sum(1 for r in rows if not r[2])
+    return "\n".join([format_table([{"what": g, "item": i, "status": "present" if ok else "MISSING", "detail": d}
+                                     for g, i, ok, d in rows], indent=""),
+                      f"{len(rows) - missing} present, {missing} missing"])
