@@ -932,7 +932,7 @@ def test_json_booleans_and_nulls_are_not_captions(world, name, content, needle):
     import capscore.backbones.openclip  # noqa: F401
 
     from capscore.data.captions import BadItem, index_images, read_captions
-    from capscore.scores.scorer import _validate
+    from capscore.pipeline import validate as _validate
     from capscore.scores.clipscore import get_metric
 
     p = world / f"b_{name}"
