@@ -40,7 +40,8 @@ def runs(tmp_path_factory):
              {"image": scenes[2].id, "caption": "Three green stars.", "system": "bad<b>"}]
     (root / "caps.jsonl").write_text("".join(json.dumps(c) + "\n" for c in caps))
     q = ["-q"]
-    assert main(q + ["score", "--images", str(img_dir), "--captions", str(root / "caps.jsonl"),
+    assert main(q + ["score", "--model", "scenes-tiny", "--images", str(img_dir),
+                     "--captions", str(root / "caps.jsonl"),
                      "--out", str(root / "score" / "scores.jsonl"), "--no-cache"]) == 0
     for suite in ("scenes-lgip", "scenes-perturb", "scenes-specificity"):
         assert main(q + ["probe", "--model", "scenes-tiny", "--suite", suite, "--n-scenes", "3",
