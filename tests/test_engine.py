@@ -78,7 +78,7 @@ def test_patch_and_token_features(tiny_backbone, make_images):
 
 
 def test_warm_run_reads_but_never_decodes(tiny_backbone, make_images, tmp_path, monkeypatch):
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
 
     paths = make_images(4)
     Encoder(tiny_backbone, cache=tmp_path / "c").encode_images(paths)

@@ -458,7 +458,7 @@ def test_16bit_and_float_images_score_like_their_8bit_original(tmp_path, capsys)
 
 
 def test_out_of_range_float_image_is_refused(tmp_path):
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
     from capscore.errors import InputError
 
     p = tmp_path / "hdr.tiff"

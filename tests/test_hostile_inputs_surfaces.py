@@ -322,7 +322,7 @@ def test_parquet_hostile_file(case, tmp_path):
 
 def test_parquet_image_path_fifo_is_an_error_row_at_decode_not_a_hang(tmp_path):
     """Through the image reader itself: stat first, never open a FIFO or /dev/zero."""
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
 
     for target in (_fifo(tmp_path), Path("/dev/zero")):
         with pytest.raises(InputError, match="not a regular file"):

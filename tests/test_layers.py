@@ -16,13 +16,14 @@ ROOT = Path(capscore.__file__).parent
 LAYERS = [
     {"errors", "_log", "_optional", "_table"},  # leaves: one-line errors, logging, optional imports, text tables
     {"data", "nlp"},  # records, media references and the readers of every input format; the spaCy loader
+    {"validate"},  # argument checks of the Python faces
     {"backbones"},  # model specs and adapters
     {"embed"},  # the encoding engine: batching, device/dtype, cache
     {"scores", "perturb", "scenes", "report"},  # metric formulas and registry; perturbations; scenes; rows I/O
     {"pipeline"},  # the one scoring loop
     {"meta", "probes", "train"},  # consumers of scores
     {"engines"},  # where block functions run
-    {"api", "validate", "integrations"},  # Python faces
+    {"api", "integrations"},  # Python faces
     {"commands", "cli", "__init__"},  # the command line (and the package's own re-exports)
 ]
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}

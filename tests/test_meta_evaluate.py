@@ -233,7 +233,7 @@ def test_correlate_draws_the_oracle_scenes_at_each_models_input_size(monkeypatch
 
 def _rating_set(name, human, langs=None, groups=None):
     from capscore.data.records import Record
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
     from capscore.meta.datasets import Rated, RatingSet
 
     items = tuple(Rated(Record(f"c{i}", ImageRef(name="x"), "c"), float(h), group=(groups[i] if groups else f"g{i}"),

@@ -204,7 +204,7 @@ def test_decode_task_preprocesses_each_distinct_image_once_per_block(monkeypatch
 
     from capscore.backbones import load_backbone
     from capscore.data.records import Record
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
     from capscore.engines import ray as R
 
     def png(colour):

@@ -101,10 +101,10 @@ def pixels_to_pil(x, where: str = "image"):
 
 
 def to_image_ref(x, where: str = "image"):
-    """Any accepted image input -> :class:`~capscore.embed.images.ImageRef`."""
+    """Any accepted image input -> :class:`~capscore.data.images.ImageRef`."""
     from PIL import Image
 
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
 
     if isinstance(x, ImageRef):
         return x

@@ -6,7 +6,7 @@ must be an int >= 1; got 0 instead."), before anything is loaded or encoded.
 
 A wrong *item* (one image among many: zero-sized, NaN or inf pixels, floats
 outside [0, 1], over the decompression-bomb or aspect guard that files have,
-:func:`capscore.embed.images.check_dimensions`) is an
+:func:`capscore.data.images.check_dimensions`) is an
 :class:`~capscore.errors.InputError` naming ``images[i]``: raised at the boundary
 by :func:`check_score_args`, or, with ``skip_bad=True``, left for the scorer as a
 :func:`broken_image` whose reading raises it, so the item becomes an error row
@@ -94,7 +94,7 @@ def pixel_problem(arr) -> str | None:
     float range, in that order (the cheap header-like checks first)."""
     import numpy as np
 
-    from capscore.embed.images import check_dimensions
+    from capscore.data.images import check_dimensions
 
     h, w = (int(arr.shape[0]), int(arr.shape[1])) if arr.ndim >= 2 else (0, 0)
     if arr.size == 0 or h == 0 or w == 0:
@@ -123,7 +123,7 @@ def image_problem(x) -> str | None:
         w, h = x.size
         if w < 1 or h < 1:
             return f"image has no pixels ({w}x{h})"
-        from capscore.embed.images import check_dimensions
+        from capscore.data.images import check_dimensions
 
         try:
             check_dimensions((w, h), "image")
@@ -151,7 +151,7 @@ def check_image_items(images: Sequence, *, skip_bad: bool) -> None:
 
 
 def broken_image(name: str, problem: str):
-    """An :class:`~capscore.embed.images.ImageRef` whose reading raises ``InputError(name, problem)``:
+    """An :class:`~capscore.data.images.ImageRef` whose reading raises ``InputError(name, problem)``:
     with ``skip_bad=True`` the scorer turns it into an error row like an unreadable file."""
     return _broken_class()(name=name, problem=problem)
 
@@ -161,7 +161,7 @@ _BROKEN = []
 
 def _broken_class():
     if not _BROKEN:
-        from capscore.embed.images import ImageRef
+        from capscore.data.images import ImageRef
 
         @dataclass(frozen=True)
         class BrokenImage(ImageRef):

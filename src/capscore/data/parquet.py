@@ -22,7 +22,7 @@ declare more than ``8 × max_member_bytes`` (2 GiB by default) uncompressed is
 not read (one error row naming ``file:row-group``); an image cell over
 ``max_member_bytes`` (256 MiB) is an error row; an image *path* is only opened
 if it names a regular file (``/dev/zero`` or a FIFO would never end or block;
-:meth:`~capscore.embed.images.ImageRef.read` refuses them). A corrupt page stops
+:meth:`~capscore.data.images.ImageRef.read` refuses them). A corrupt page stops
 the file with one error naming it and the row reached (an error row under
 ``--skip-bad``, and the next shard is read).
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 from capscore.data.captions import BadItem
 from capscore.data.records import Record
 from capscore.data.shards import SourceOptions, expect_files
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.errors import InputError
 
 BATCH_ROWS = 1024

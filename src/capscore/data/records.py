@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ decoding) and one decoding pass that converts only the kept frames, so memory ho
 not the whole clip.
 
 Bounds, checked before pixels are materialised: every frame (from the stream header, then per
-decoded frame) must pass the image guard (:func:`capscore.embed.images.check_dimensions`: at most
+decoded frame) must pass the image guard (:func:`capscore.data.images.check_dimensions`: at most
 ~89.5 megapixels, aspect at most 50:1), and the kept frames together at most ``max_pixels``
 (:data:`MAX_KEPT_PIXELS`, 2^28 ≈ 268 megapixels ≈ 800 MB as RGB; a keyword of
 :meth:`VideoRef.load` and :func:`decode_video`) — ``all`` on a long clip is refused in one line
@@ -61,7 +61,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
-from capscore.embed.images import MAX_PIXELS, check_dimensions
+from capscore.data.images import MAX_PIXELS, check_dimensions
 from capscore.errors import CapscoreError, InputError
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v")

@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from capscore.data.captions import BadItem
 from capscore.data.records import Record
 from capscore.data.shards import SourceOptions, expect_files
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.errors import InputError
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from capscore._log import warn
 from capscore.backbones.base import Backbone
 from capscore.embed.cache import EmbeddingCache, cache_key
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError
 
 

@@ -507,7 +507,7 @@ class _EncodeWorker:
 def _encoder_class():
     from capscore.embed.cache import cache_key
     from capscore.embed.engine import Encoder
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
     from capscore.errors import InputError
 
     class RayEncoder(Encoder):

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from capscore.data.records import Record
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.data.jsonl import csv_problem, iter_csv_rows, iter_jsonl, json_problem
 from capscore.errors import CapscoreError, InputError, unknown_name
 

@@ -341,7 +341,7 @@ def read_scores(path, *, column: str = "score", id_column: str = "id",
 def read_human(path, *, column: str | None = None, id_column: str = "id") -> RatingSet:
     """Human scores keyed by id (JSONL/CSV): ``id``, a score column (``column`` or one of
     score/human/human_score/rating) and optionally ``group``, ``system``, ``lang``."""
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
     from capscore.meta.datasets import Rated
 
     path = Path(path).expanduser()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from capscore.data.records import Record
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.errors import param_error
 from capscore.meta.datasets import Rated, RatingSet
 

@@ -19,7 +19,7 @@ def explain_word(model: str, image: str | Path, caption: str, word: str, *, out:
     is the cosine range of the colour scale, the same for every map so maps compare."""
     from capscore.backbones import load_backbone
     from capscore.embed import Encoder
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
     from capscore.report.explain import draw_heatmap
     from capscore.scores.abe import AbeConfig, word_heatmap
 

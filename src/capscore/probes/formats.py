@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capscore.data.jsonl import csv_problem, iter_csv_rows, json_problem
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.errors import InputError, unknown_name
 
 

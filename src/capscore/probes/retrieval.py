@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from capscore.embed.engine import Encoder
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError
 
 KS = (1, 5, 10)

@@ -147,7 +147,7 @@ N_PARAPHRASES = 4  # short caption + 4 paraphrases = 5 captions per image, as Fl
 
 def retrieval_set(scenes):
     """Images and their captions: the short caption plus up to ``N_PARAPHRASES`` paraphrases each."""
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
     from capscore.probes.retrieval import RetrievalSet
 
     refs, names, texts, owner = [], [], [], []
@@ -174,7 +174,7 @@ def zeroshot_sets(scenes):
     Class names are the English scenes lexicon's words with their article ("a circle"; colours as
     "a red object"), to be read through the ``scenes`` templates ("A picture of {}.").
     """
-    from capscore.embed.images import ImageRef
+    from capscore.data.images import ImageRef
     from capscore.probes.zeroshot import ClassificationSet
     from capscore.scenes import COLOR_NAMES, SHAPES
     from capscore.scenes.lexicon import English

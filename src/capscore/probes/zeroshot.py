@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from capscore.embed.engine import Encoder
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError, unknown_name
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")

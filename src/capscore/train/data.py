@@ -32,7 +32,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.data.jsonl import iter_jsonl
 from capscore.errors import CapscoreError, InputError
 

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 from capscore.backbones.base import Backbone
-from capscore.embed.images import ImageRef
+from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError
 from capscore.scenes.vocab import MAX_OBJECTS
 from capscore.train import objectives as obj
