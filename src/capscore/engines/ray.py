@@ -154,7 +154,7 @@ def prepare_block(batch, *, backbone):
 class ScoreActor:
     """Actor: one backbone + Encoder, loaded once; scores blocks with the pipeline's block function
     (:func:`capscore.pipeline.score_block`) for every metric of the job, writes each (block, metric)'s rows
-    as a part file of its shard and returns only a manifest row per part (see :class:`ShardOutputs`)."""
+    as a part file of its shard and returns only a manifest row per part (see the module docstring)."""
 
     def __init__(self, *, model: str, model_index: int, encoding, metrics: tuple, prefixes: dict, options: dict,
                  columns: tuple, threads: int, pixel_shape, out: str, fmt: str, names: tuple):
