@@ -251,6 +251,30 @@ def test_two_models_and_two_metrics_equal_single_process(tmp_path):
         (MODEL, "clip-s", 6), (MODEL, "pac-s", 6), ("scenes-tiny", "clip-s", 6), ("scenes-tiny", "pac-s", 6)]
 
 
+def test_jsonl_and_csv_shard_files_equal_single_process_and_resume(tmp_path):
+    """--out-format jsonl|csv: the parts are concatenated (CSV under one header); --resume counts their rows."""
+    import csv
+
+    paths = write_webdataset(tmp_path / "shards", samples(2, 3, seed=7))
+    assert score(tmp_path, "--webdataset", tmp_path / "shards", "--no-cache", "--out", tmp_path / "l.jsonl") == 0
+    local = rows(tmp_path / "l.jsonl")
+    for fmt in ("jsonl", "csv"):
+        out = tmp_path / fmt
+        assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", "--out-format", fmt, "--out", out) == 0
+        got = []
+        for p in paths:
+            with open(out / f"{out_name(p)}.{fmt}", newline="") as f:
+                if fmt == "jsonl":
+                    got += [json.loads(line) for line in f]
+                else:
+                    got += [{**r, "score": float(r["score"]) if r["score"] else None, "error": r["error"] or None}
+                            for r in csv.DictReader(f)]
+        assert_same_rows(got, local)
+        assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", "--out-format", fmt, "--resume",
+                         "--out", out) == 0
+        assert json.loads((out / "_summary.json").read_text())["shards_resumed"] == 2
+
+
 def _descendants_named(root: int, needle: str) -> list[int]:
     """PIDs below ``root`` (our driver, which started the raylet) whose process title contains ``needle``."""
     parent = {}

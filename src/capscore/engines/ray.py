@@ -32,7 +32,8 @@ restricted to that shard; ``_summary.json`` lists the files in input order
 Who writes what, and exactly once. Rows never pass through the driver. An
 actor writes each (block, model, metric)'s rows as a *part file*
 ``DIR/_shards/parts/<name>/m<model>-k<metric>-<first position>-<rows>.<fmt>``
-(a unique temporary name, fsync, rename) and returns one manifest row per part
+(a unique temporary name, then a rename; Parquet parts are not fsynced: a
+crash loses only parts, which the next run redoes) and returns one manifest row per part
 (positions covered, count, sum, skipped, first error). Ray Data spreads a
 shard's blocks over all actors and retries the blocks of a killed actor on
 another; routing a shard's blocks to one actor (so that it could write the
@@ -272,7 +273,7 @@ def _schema(columns: tuple):
 
 
 def write_part(path: Path, rows: list[dict], fmt: str, columns: tuple) -> None:
-    """Write ``rows`` to ``path`` atomically (a unique temporary name, fsync, rename): a re-run of the same
+    """Write ``rows`` to ``path`` atomically (a unique temporary name, then a rename): a re-run of the same
     block replaces the file with identical content. JSONL/CSV parts are written by the single-process
     engine's :class:`~capscore.report.writers.RowWriter` (CSV without header: the commit adds one)."""
     import uuid
@@ -284,8 +285,9 @@ def write_part(path: Path, rows: list[dict], fmt: str, columns: tuple) -> None:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
+            # no fsync: a part outlives no crash (the next run removes the parts of uncommitted shards);
+            # the commit fsyncs the shard file it makes from them
             pq.write_table(pa.Table.from_pylist(rows, schema=_schema(columns)), tmp)
-            _fsync(tmp)
         else:
             from capscore.report.writers import RowWriter
 
