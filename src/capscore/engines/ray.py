@@ -589,6 +589,10 @@ def _run_locked(job, ray: RayOptions, out: Path, source) -> int:
     cuda = enc.device.startswith("cuda")
     models = list(dict.fromkeys(str(m) for m in job.models))  # a model named twice is scored once, as locally
     metrics = {n: get_metric(n) for n in job.metrics}
+    for name, m in metrics.items():
+        if "corpus" in m.needs("image"):  # its statistics come from the whole evaluated set, not one block
+            raise CapscoreError(f"metric {name} needs statistics over the whole evaluated set, which the Ray "
+                                "engine (block by block) does not have; score it with the local engine")
     prefixes = {n: resolve_prefix(m, job.prefix) for n, m in metrics.items()}
     options = {n: ({"abe": dict(job.options["abe"])} if n == "abe" and job.options.get("abe") else {})
                for n in metrics}
