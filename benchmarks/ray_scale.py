@@ -8,7 +8,8 @@ is a random-init ViT-B-32 (``--model``; the cost per item is that of the real ar
 * scaling: Ray 2 actors × 1 thread vs 1 actor × 1 thread (pairs/s, ratio; target ≥ 1.7×);
 * overhead: Ray with all cores (one 1-thread actor per core) vs the single-process engine with all cores
   (torch threads = cores; target ≤ 15 % slower);
-* per-item costs on one thread (decode+preprocess, image encode, text encode, row write) and Ray's cost
+* per-item costs on one thread (decode+preprocess, image encode, text encode; row write: the single-process
+  writer, an actor's part files and the commit task's merge — ``--write-only`` prints these alone) and Ray's cost
   per block (the marginal (Ray − single-process) time / blocks, when positive) and Ray's extra start-up
   per run, the inputs of the cost model in docs/scale.md;
 * memory: peak RSS of the single-process CLI and of the Ray driver scoring ``--stream`` captions (Parquet
@@ -73,7 +74,8 @@ def cli(*argv) -> float:
 def ray_rows(folder: Path) -> list[dict]:
     import pyarrow.parquet as pq
 
-    return [r for f in sorted(folder.glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
+    files = json.loads((folder / "_summary.json").read_text())["files"]  # the shard files in input order
+    return [r for f in files for r in pq.read_table(folder / f).to_pylist()]
 
 
 def per_item_costs(model: str, pattern: str, n: int = 64) -> dict:
@@ -83,7 +85,6 @@ def per_item_costs(model: str, pattern: str, n: int = 64) -> dict:
     from capscore.backbones import load_backbone
     from capscore.data.shards import list_shards, read_shard
     from capscore.embed.engine import Encoder, MemoryCache
-    from capscore.report.writers import RowWriter
 
     torch.set_num_threads(1)
     recs = []
@@ -101,15 +102,67 @@ def per_item_costs(model: str, pattern: str, n: int = 64) -> dict:
     t = time.perf_counter()
     enc.encode_texts(["A photo depicts " + r.caption for r in recs])
     txt = (time.perf_counter() - t) / len(recs)
+    costs = write_costs()
+    return {"decode_preprocess": decode, "image_encode": img, "text_encode": txt, **costs}
+
+
+def write_costs(n: int = 20000, block: int = 256) -> dict:
+    """Seconds per row, one thread, Parquet: the single-process writer (``RowWriter``: JSONL journal, then
+    Parquet), and the Ray engine's two steps — an actor writing its blocks as part files
+    (``write_part``, 256 rows each) and the commit task merging them into the shard file
+    (``commit_shard``)."""
+    from capscore.engines.ray import commit_shard, part_name, parts_folder, write_part
+    from capscore.pipeline import columns_for
+    from capscore.report.writers import RowWriter
+    from capscore.scores.metric import get_metric
+
+    columns = columns_for("image", [get_metric("clip-s")])
+    rows = [{"id": f"{i:09d}", "image": f"shard.tar:{i:09d}", "caption": "a photo of a red round thing",
+             "system": "", "model": "ViT-B-32", "metric": "clip-s", "score": 0.5, "error": None} for i in range(n)]
+    out = {}
     with tempfile.TemporaryDirectory() as d:
-        w = RowWriter(Path(d) / "x.parquet", "parquet", existing=False)
-        rows = [{"id": f"{i:09d}", "image": f"shard.tar:{i:09d}", "caption": "a photo of a red round thing",
-                 "system": "", "score": 0.5, "error": None} for i in range(20000)]
+        w = RowWriter(Path(d) / "x.parquet", "parquet", existing=False, columns=columns)
         t = time.perf_counter()
         w.write(rows)
         w.close(complete=True)
-        write = (time.perf_counter() - t) / len(rows)
-    return {"decode_preprocess": decode, "image_encode": img, "text_encode": txt, "row_write": write}
+        out["row_write"] = (time.perf_counter() - t) / n
+        folder = parts_folder(Path(d), "s")
+        t = time.perf_counter()
+        for i in range(0, n, block):
+            part = rows[i: i + block]
+            write_part(folder / part_name(0, 0, i, len(part), "parquet"), part, "parquet", columns)
+        out["actor_part_write"] = (time.perf_counter() - t) / n
+        t = time.perf_counter()
+        commit_shard(d, "s", "parquet", columns, 1, 1, {"items": n, "rows": n})
+        out["commit_merge"] = (time.perf_counter() - t) / n
+        out["driver_per_block"] = driver_block_cost(Path(d), columns)
+    return out
+
+
+def driver_block_cost(folder: Path, columns: tuple, shards: int = 200, blocks: int = 40) -> float:
+    """Seconds of driver work per manifest row (one per 256-item block): the Ray engine's ``Tracker`` fed
+    ``shards`` × ``blocks`` manifest rows, with the commit tasks stubbed out (they run elsewhere)."""
+    from capscore.data.shards import Shard
+    from capscore.engines.ray import ShardOutputs, Tracker
+
+    f = folder / "input.tar"
+    f.write_bytes(b"")
+    tr = Tracker([f"s{i}" for i in range(shards)], [Shard("webdataset", str(f), "x")] * shards,
+                 ShardOutputs(folder, "parquet", {}, columns), n_models=1, n_metrics=1, skip_bad=True,
+                 models=["m"], metrics=["clip-s"])
+    tr.committer = type("Stub", (), {"remote": staticmethod(lambda *a: None)})()
+    # the sentinel first: every block then walks its shard's chain (the most work per block)
+    rows = [{"shard": s, "model": 0, "metric": -1, "first": -1, "n": 0, "end": 256 * blocks, "scored": 0,
+             "sum": 0.0, "skipped": 0, "error": None} for s in range(shards)]
+    rows += [{"shard": s, "model": 0, "metric": 0, "first": b * 256, "n": 256, "end": -1, "scored": 256,
+              "sum": 128.0, "skipped": 0, "error": None} for s in range(shards) for b in range(blocks)]
+    t = time.perf_counter()
+    for r in rows:
+        tr.add(r, None)
+    assert len(tr.pending) == shards
+    return (time.perf_counter() - t) / len(rows)
+
+
 
 
 _CHILD = """
@@ -164,9 +217,18 @@ def main() -> None:
     ap.add_argument("--stream", type=int, default=1_000_000, help="captions for the memory check (0: skip)")
     ap.add_argument("--stream-model", default="capscore-test-tiny")
     ap.add_argument("--memory-only", action="store_true", help="only the memory check")
+    ap.add_argument("--write-only", action="store_true", help="only the per-row write costs (seconds)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     sys.path.insert(0, str(SRC))
+    if args.write_only:
+        print(f"per-row write costs, one thread, Parquet (load average {os.getloadavg()[0]:.1f})")
+        for k, v in write_costs().items():
+            if k == "driver_per_block":
+                print(f"  {k:18s} {1e6 * v:8.2f} µs per 256-row block = {1e6 * v / 256:.3f} µs per row")
+            else:
+                print(f"  {k:18s} {1e6 * v:8.2f} µs   {1 / v:10.0f} rows/s")
+        return
     import ray
     import torch
 

@@ -2,20 +2,24 @@
 
 The single-process engine is itself checked against open_clip by hand (test_cli_score, test_data_shards);
 here the Ray engine must reproduce its rows: same ids in the same order per shard, |Δscore| ≤ 1e-6.
+Output names are derived here from their documented rule (stem + 8 hex digits of sha1(absolute path)).
 """
+import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
 from shard_inputs import samples, write_hf, write_parquet, write_webdataset
-from test_cli_score import one_line_error, rows, score
+from test_cli_score import MODEL, one_line_error, rows, score
 
 ray = pytest.importorskip("ray")
 
@@ -35,8 +39,19 @@ def ray_score(tmp_path, *args):
     return score(tmp_path, "--engine", "ray", "--workers", "2", "--no-cache", *args)
 
 
+def out_name(path, occurrence=1):
+    """The documented output name of a shard file: stem, '-', sha1(absolute path)[:8]; '~k' for a repeat."""
+    path = os.path.abspath(path)
+    base = f"{os.path.basename(path).split('.')[0]}-{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+    return base if occurrence == 1 else f"{base}~{occurrence}"
+
+
 def shard_rows(folder, names):
     return {n: pq.read_table(folder / f"{n}.parquet").to_pylist() for n in names}
+
+
+def row_files(folder):
+    return sorted(p.name for p in folder.glob("*.parquet"))
 
 
 def assert_same_rows(ray_rows, local_rows):
@@ -61,23 +76,26 @@ def test_webdataset_equals_single_process_with_error_rows_then_resume_skips_done
     local = rows(tmp_path / "l.jsonl")
     out = tmp_path / "ray"
     assert ray_score(tmp_path, "--webdataset", pattern, "--skip-bad", "--out", out) == 0
-    got = shard_rows(out, ["00000", "00001", "00002"])
-    assert_same_rows([r for n in sorted(got) for r in got[n]], local)
-    assert "00001.tar:000010002: " in got["00001"][2]["error"]
+    names = [out_name(p) for p in paths]
+    got = shard_rows(out, names)
+    assert row_files(out) == sorted(f"{n}.parquet" for n in names)
+    assert_same_rows([r for n in names for r in got[n]], local)
+    assert "00001.tar:000010002: " in got[names[1]][2]["error"]
     summary = json.loads((out / "_summary.json").read_text())
     assert summary["count"] == 14 and summary["skipped"] == 1
 
     # resume: shard 2's output is lost, shard 0's input changed since -> only those two are scored again
-    before = {n: (out / f"{n}.parquet").stat().st_mtime_ns for n in ("00000", "00001")}
-    (out / "00002.parquet").unlink()
+    before = {n: (out / f"{n}.parquet").stat().st_mtime_ns for n in names[:2]}
+    (out / f"{names[2]}.parquet").unlink()
     os.utime(paths[0], ns=(time.time_ns(), time.time_ns()))
     assert ray_score(tmp_path, "--webdataset", pattern, "--skip-bad", "--resume", "--out", out) == 0
-    assert (out / "00001.parquet").stat().st_mtime_ns == before["00001"]  # untouched
-    assert (out / "00000.parquet").stat().st_mtime_ns != before["00000"]
+    assert (out / f"{names[1]}.parquet").stat().st_mtime_ns == before[names[1]]  # untouched
+    assert (out / f"{names[0]}.parquet").stat().st_mtime_ns != before[names[0]]
     summary = json.loads((out / "_summary.json").read_text())
     assert summary["shards_resumed"] == 1 and summary["count"] == 14
-    again = shard_rows(out, ["00000", "00001", "00002"])
-    assert_same_rows([r for n in sorted(again) for r in again[n]], local)
+    again = shard_rows(out, names)
+    assert_same_rows([r for n in names for r in again[n]], local)
+    assert summary["files"] == [f"{n}.parquet" for n in names]
 
 
 def test_parquet_and_hf_dataset_equal_single_process(tmp_path):
@@ -86,15 +104,175 @@ def test_parquet_and_hf_dataset_equal_single_process(tmp_path):
     write_hf(tmp_path / "hf", items, num_shards=2)
     for flag, src, extra, names in (("--parquet", tmp_path / "pq", ["--image-column", "jpg", "--refs-column", "refs",
                                                                      "--metric", "refclip-s"],
-                                     ["part-000", "part-001"]),
+                                     [tmp_path / "pq" / "part-000.parquet", tmp_path / "pq" / "part-001.parquet"]),
                                     ("--hf-dataset", tmp_path / "hf", [],
-                                     ["data-00000-of-00002", "data-00001-of-00002"])):
+                                     sorted((tmp_path / "hf").rglob("data-0000*-of-00002.arrow")))):
+        names = [out_name(p) for p in names]
         local_out = tmp_path / f"{flag[2:]}.jsonl"
         assert score(tmp_path, flag, src, *extra, "--no-cache", "--out", local_out) == 0
         out = tmp_path / f"ray-{flag[2:]}"
         assert ray_score(tmp_path, flag, src, *extra, "--out", out) == 0
         got = shard_rows(out, names)
         assert_same_rows([r for n in names for r in got[n]], rows(local_out))
+
+
+def driver(*args):
+    """A `capscore score --engine ray` driver in a process of its own, joined to this module's Ray cluster."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "capscore.cli", "-q", "score", "--model", MODEL, "--engine", "ray", "--address",
+           ray.get_runtime_context().gcs_address, "--workers", "2", "--no-cache", *map(str, args)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def test_two_drivers_on_one_folder_one_is_refused_in_one_line(tmp_path):
+    """Two drivers (real processes) start on one --out folder with different metrics: one scores, the other
+    gets one line and writes nothing; the folder holds one metric's rows under that metric's summary."""
+    write_webdataset(tmp_path / "shards", samples(3, 4, seed=3))
+    out = tmp_path / "ray"
+    metrics = ("clip-s", "pac-s")
+    procs = [driver("--webdataset", tmp_path / "shards", "--metric", m, "--out", out) for m in metrics]
+    results = [(p.wait(timeout=900), p.stderr.read()) for p in procs]
+    codes = [c for c, _ in results]
+    assert sorted(codes) == [0, 2], results
+    winner = metrics[codes.index(0)]
+    lines = [ln for ln in results[codes.index(2)][1].splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(out) in lines[0], lines
+    # overlapping: the lock refuses; if the first had already finished: its outputs are not clobbered
+    assert "another capscore process" in lines[0] or "already holds shard outputs" in lines[0]
+    summary = json.loads((out / "_summary.json").read_text())
+    assert summary["status"] == "complete" and summary["metric"] == winner and summary["count"] == 12
+    got = [r for f in out.glob("*.parquet") for r in pq.read_table(f).to_pylist()]
+    assert len(got) == 12 and {r["metric"] for r in got} == {winner}
+    assert not (out / "_run.lock").exists()
+
+
+def test_driver_killed_mid_run_then_resume_gives_the_clean_rows(tmp_path):
+    """SIGKILL of a driver process once a shard file is committed; --resume then ends with every row once,
+    equal to the single-process engine, and no part file or temporary left behind."""
+    items = samples(8, 8, seed=6)
+    paths = write_webdataset(tmp_path / "shards", items)
+    out = tmp_path / "ray"
+    p = driver("--webdataset", tmp_path / "shards", "--batch-size", "4", "--out", out)
+    deadline = time.time() + 600
+    while time.time() < deadline and p.poll() is None and next(out.glob("_shards/parts/*/*"), None) is None:
+        time.sleep(0.05)
+    soon = time.time() + 20  # an actor wrote a block; wait a little for a committed shard file too
+    while time.time() < soon and p.poll() is None and not list(out.glob("*.parquet")):
+        time.sleep(0.05)
+    assert p.poll() is None, "the driver ended before it could be killed; make the run longer"
+    p.kill()
+    p.wait()
+    committed = {f.name: f.stat().st_mtime_ns for f in out.glob("*.parquet")}
+    assert score(tmp_path, "--webdataset", tmp_path / "shards", "--no-cache", "--out", tmp_path / "l.jsonl") == 0
+    assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", "--resume", "--out", out) == 0
+    names = [out_name(x) for x in paths]
+    assert row_files(out) == sorted(f"{n}.parquet" for n in names)
+    got = shard_rows(out, names)
+    assert_same_rows([r for n in names for r in got[n]], rows(tmp_path / "l.jsonl"))
+    summary = json.loads((out / "_summary.json").read_text())
+    # a shard file is renamed into place after its sidecar: every one seen at the kill is kept as it is
+    assert summary["shards_resumed"] == len(committed)
+    assert all((out / n).stat().st_mtime_ns == t for n, t in committed.items())
+    assert not list((out / "_shards").glob("parts/*")) and not list(out.glob(".*"))
+
+
+def test_same_shard_twice_then_resume_with_shards_added_and_removed(tmp_path, capsys):
+    """A shard listed twice is scored twice (two files, as the single-process engine gives its rows twice);
+    --resume with one more shard keeps the done files untouched and adds one; --resume with fewer shards
+    removes the outputs of those no longer given: no row twice, none orphaned."""
+    items = samples(3, 4, seed=4)
+    paths = write_webdataset(tmp_path / "shards", items)
+    sh = tmp_path / "shards"
+
+    def local(pattern, name):
+        assert score(tmp_path, "--webdataset", pattern, "--no-cache", "--out", tmp_path / name) == 0
+        return rows(tmp_path / name)
+
+    twice = str(sh / "{00000,00001,00000}.tar")
+    want = local(twice, "twice.jsonl")
+    assert len(want) == 12
+    out = tmp_path / "ray"
+    assert ray_score(tmp_path, "--webdataset", twice, "--out", out) == 0
+    names = [out_name(paths[0]), out_name(paths[1]), out_name(paths[0], 2)]
+    assert row_files(out) == sorted(f"{n}.parquet" for n in names)
+    got = shard_rows(out, names)
+    assert_same_rows([r for n in names for r in got[n]], want)
+
+    before = {n: (out / f"{n}.parquet").stat().st_mtime_ns for n in names}
+    more = str(sh / "{00000,00001,00000,00002}.tar")
+    assert ray_score(tmp_path, "--webdataset", more, "--resume", "--out", out) == 0
+    assert {n: (out / f"{n}.parquet").stat().st_mtime_ns for n in names} == before  # the same file names: kept
+    names.append(out_name(paths[2]))
+    assert row_files(out) == sorted(f"{n}.parquet" for n in names)
+    got = shard_rows(out, names)
+    assert_same_rows([r for n in names for r in got[n]], local(more, "more.jsonl"))
+    summary = json.loads((out / "_summary.json").read_text())
+    assert (summary["count"], summary["shards_resumed"]) == (16, 3)
+
+    fewer = str(sh / "{00002,00000}.tar")
+    assert ray_score(tmp_path, "--webdataset", fewer, "--resume", "--out", out) == 0
+    keep = [names[3], names[0]]
+    assert row_files(out) == sorted(f"{n}.parquet" for n in keep)
+    assert sorted(p.stem for p in (out / "_shards").glob("*.json")) == sorted(keep)
+    got = shard_rows(out, keep)
+    assert_same_rows([r for n in keep for r in got[n]], local(fewer, "fewer.jsonl"))
+    summary = json.loads((out / "_summary.json").read_text())
+    assert (summary["count"], summary["shards_resumed"], summary["orphans_removed"]) == (8, 2, 2)
+    assert summary["files"] == [f"{n}.parquet" for n in keep]
+    capsys.readouterr()
+
+    # another metric on the same folder: --resume refuses in one line, the files stay
+    assert ray_score(tmp_path, "--webdataset", fewer, "--metric", "pac-s", "--resume", "--out", out) == 2
+    one_line_error(capsys, "--resume", "metric", "--overwrite")
+    assert row_files(out) == sorted(f"{n}.parquet" for n in keep)
+
+
+def test_two_models_and_two_metrics_equal_single_process(tmp_path):
+    """Several --model and --metric: each shard file holds (model, metric) after (model, metric), each in
+    input order — the single-process engine's order within that shard."""
+    items = samples(2, 3, seed=5)
+    paths = write_webdataset(tmp_path / "shards", items)
+    args = ["--model", "scenes-tiny", "--metric", "clip-s", "--metric", "pac-s"]
+    assert score(tmp_path, "--webdataset", tmp_path / "shards", *args, "--no-cache", "--out",
+                 tmp_path / "l.jsonl") == 0
+    local = rows(tmp_path / "l.jsonl")
+    out = tmp_path / "ray"
+    assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", *args, "--out", out) == 0
+    for p in paths:
+        got = pq.read_table(out / f"{out_name(p)}.parquet").to_pylist()
+        mine = [r for r in local if r["image"].rsplit(":", 1)[0].endswith(p.name)]
+        assert len(mine) == 12
+        # the local file is (model, metric)-major over all shards; this shard's rows keep that order
+        assert [(r["model"], r["metric"]) for r in got] == [(r["model"], r["metric"]) for r in mine]
+        assert_same_rows(got, mine)
+    summary = json.loads((out / "_summary.json").read_text())
+    assert [(r["model"], r["metric"], r["count"]) for r in summary["runs"]] == [
+        (MODEL, "clip-s", 6), (MODEL, "pac-s", 6), ("scenes-tiny", "clip-s", 6), ("scenes-tiny", "pac-s", 6)]
+
+
+def test_jsonl_and_csv_shard_files_equal_single_process_and_resume(tmp_path):
+    """--out-format jsonl|csv: the parts are concatenated (CSV under one header); --resume counts their rows."""
+    import csv
+
+    paths = write_webdataset(tmp_path / "shards", samples(2, 3, seed=7))
+    assert score(tmp_path, "--webdataset", tmp_path / "shards", "--no-cache", "--out", tmp_path / "l.jsonl") == 0
+    local = rows(tmp_path / "l.jsonl")
+    for fmt in ("jsonl", "csv"):
+        out = tmp_path / fmt
+        assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", "--out-format", fmt, "--out", out) == 0
+        got = []
+        for p in paths:
+            with open(out / f"{out_name(p)}.{fmt}", newline="") as f:
+                if fmt == "jsonl":
+                    got += [json.loads(line) for line in f]
+                else:
+                    got += [{**r, "score": float(r["score"]) if r["score"] else None, "error": r["error"] or None}
+                            for r in csv.DictReader(f)]
+        assert_same_rows(got, local)
+        assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", "--out-format", fmt, "--resume",
+                         "--out", out) == 0
+        assert json.loads((out / "_summary.json").read_text())["shards_resumed"] == 2
 
 
 def _descendants_named(root: int, needle: str) -> list[int]:
@@ -139,15 +317,16 @@ def test_encoder_actor_killed_mid_run_gives_every_row_exactly_once(tmp_path):
     deadline = time.time() + 240
     while time.time() < deadline and t.is_alive() and killed is None:
         actors = _descendants_named(os.getpid(), "ScoreActor")
-        if actors and len(list(out.glob("*.parquet"))) >= 1:
+        if actors and next(out.glob("_shards/parts/*/*.parquet"), None) is not None:  # an actor wrote a block
             killed = actors[0]
             os.kill(killed, signal.SIGKILL)
         time.sleep(0.05)
     t.join(300)
     assert killed is not None, "the run ended before an actor could be killed; make it longer"
     assert result.get("rc") == 0
-    got = shard_rows(out, [f"{s:05d}" for s in range(6)])
-    ids = [r["id"] for n in sorted(got) for r in got[n]]
+    names = [out_name(tmp_path / "shards" / f"{s:05d}.tar") for s in range(6)]
+    got = shard_rows(out, names)
+    ids = [r["id"] for n in names for r in got[n]]
     assert ids == [it[1] for it in items]  # every row, once, in input order per shard
     assert all(r["error"] is None and r["score"] is not None for n in got for r in got[n])
 

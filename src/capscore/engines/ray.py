@@ -4,38 +4,79 @@
 
     shards ──read (CPU task, capscore.data.shards.read_shard)──▶ blocks of pickled items
            ──decode + preprocess (CPU task, ImageRef.read/decode + backbone.preprocess)──▶ + pixels
-           ──encode + metric (actor pool: one backbone per actor, loaded once)──▶ result rows
-           ──driver: gather rows by shard, write DIR/<shard>.<fmt> atomically + a sidecar
+           ──encode + metric + write (actor pool: one backbone per actor, loaded once)──▶ part files + manifests
+           ──driver: manifests only; a shard whose parts cover it ──commit (Ray task)──▶ DIR/<name>.<fmt>
 
 Nothing is implemented twice. The read tasks call the same reader as the
 single-process engine; the CPU tasks call :meth:`ImageRef.read`,
 :meth:`ImageRef.decode` and the backbone's ``preprocess``; each actor holds an
 :class:`~capscore.embed.engine.Encoder`, puts the shipped pixels into its
-cache with :meth:`Encoder.encode_pixels`, and then scores the block with the
-very chunk scorer of ``capscore score`` (``score_records`` for the CLIP-S
-family, the ABE-CLIP pair scorer otherwise) — which finds every image vector
-in the cache and encodes the block's unique texts. Rows are therefore the
-rows of the single-process engine; only the batch composition differs, which
-moves fp32 scores by float rounding (≤ 1e-6, tested).
+cache with :meth:`Encoder.encode_pixels`, and scores the block with the
+pipeline's block function :func:`capscore.pipeline.score_block`, once per
+metric of the job — which finds every image vector in the cache and encodes
+the block's unique texts. Rows are therefore the rows of the single-process
+engine; only the batch composition differs, which moves fp32 scores by float
+rounding (≤ 1e-6, tested). Several models run one after the other, one actor
+pool per model.
 
-Exactly once. Every row carries (shard, position); each shard ends with a
-sentinel row carrying its item count. The driver keeps rows by (shard,
-position), so a block re-run after a killed actor (Ray restarts actors and
-retries their tasks) cannot duplicate a row, and writes a shard only when all
-of its positions are in: to a temporary name, renamed, then a sidecar
-``DIR/_shards/<shard>.json`` records the run configuration, the input's size and
-mtime and the row count. ``--resume`` skips a shard whose sidecar matches and
-whose file has that many rows; anything else is redone.
+Output names. Each input shard writes ``DIR/<name>.<fmt>`` with ``name =
+<stem>-<8 hex digits of sha1(absolute path)>`` (:func:`shard_output_name`): a
+function of the shard alone, so adding or removing other shards never renames
+a file, and ``a/x.tar`` and ``b/x.tar`` do not collide. A file listed twice is
+scored twice, as the single-process engine scores it; its k-th occurrence is
+named ``<name>~k``. Within a file, rows come (model, metric) after (model,
+metric), each in input order, which is the single-process engine's order
+restricted to that shard; ``_summary.json`` lists the files in input order
+(``files``).
 
-What is shared: the input shards (every node must see the paths: a shared or
-object-store-mounted file system) and the output folder (written by the
-driver only). What is not: backbones (one per actor), the embedding cache
-(per actor in memory; with ``--cache-dir`` each actor opens the SQLite file at
-that path *on its own node* — SQLite serialises writers on one node, so keep
-it on local disk, never on NFS). See docs/scale.md.
+Who writes what, and exactly once. Rows never pass through the driver. An
+actor writes each (block, model, metric)'s rows as a *part file*
+``DIR/_shards/parts/<name>/m<model>-k<metric>-<first position>-<rows>.<fmt>``
+(a unique temporary name, then a rename; Parquet parts are not fsynced: a
+crash loses only parts, which the next run redoes) and returns one manifest row per part
+(positions covered, count, sum, skipped, first error). Ray Data spreads a
+shard's blocks over all actors and retries the blocks of a killed actor on
+another; routing a shard's blocks to one actor (so that it could write the
+whole shard) is not something an actor pool offers, and would lose the
+blocks already done when that actor dies. Part files keyed by position avoid
+both: a re-run block writes the same name with the same rows, and the driver
+keys manifests by first position, so a block reported twice counts once. When
+one chain of manifests covers positions ``0 … n−1`` for every (model, metric)
+— ``n`` comes from the sentinel row the reader adds after each shard's last
+item — the driver starts a commit task (:func:`commit_shard`, a Ray task with
+no CPU reservation, run on any node): it writes the sidecar
+``DIR/_shards/<name>.json`` (configuration, the input's size and mtime taken
+before reading, row count, per-(model, metric) totals), then the shard file
+from the parts in order (temporary name, fsync, rename), then removes the
+parts. The driver holds, per shard in flight, one small entry per block
+until the shard's parts are complete, and then only totals: its memory does
+not grow with shard size.
+
+Resume. ``--resume`` keeps a shard whose sidecar matches (configuration,
+input size and mtime, file name) and whose file has that many rows; any other
+shard of the input is redone, its old file and sidecar removed first.
+Outputs of shards no longer in the input (sidecars whose name no run shard
+has) are removed with their sidecars, so the folder never holds rows that
+``_summary.json`` does not count (``orphans_removed``). A sidecar written with
+other settings (model, metric, prefix, format, source options) is refused in
+one line, as the single-process engine refuses them. Leftover parts of an
+interrupted run are removed before scoring.
+
+One driver per folder: ``DIR/_run.lock`` is held (``flock``, released by the
+kernel if the driver dies) from before any check until the summary is
+written; a second driver on the same folder gets one line.
+
+What is shared: the input shards and the output folder — every node must see
+both paths (a shared or object-store-mounted file system), since actors and
+commit tasks write into the folder. What is not: backbones (one per actor),
+the embedding cache (per actor in memory; with ``--cache-dir`` each actor
+opens the SQLite file at that path *on its own node* — SQLite serialises
+writers on one node, so keep it on local disk, never on NFS). See
+docs/scale.md.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -53,6 +94,7 @@ from capscore.errors import CapscoreError, OptionError
 
 BLOCK_ROWS = 256  # items per block leaving a read task
 SIDECAR_DIR = "_shards"
+PARTS_DIR = "parts"  # DIR/_shards/parts/<name>/: a shard's part files until its commit
 
 
 # ------------------------------------------------------------------------------------ per-block functions
@@ -112,10 +154,11 @@ def prepare_block(batch, *, backbone):
 
 class ScoreActor:
     """Actor: one backbone + Encoder, loaded once; scores blocks with the pipeline's block function
-    (:func:`capscore.pipeline.score_block`) for every metric of the job."""
+    (:func:`capscore.pipeline.score_block`) for every metric of the job, writes each (block, metric)'s rows
+    as a part file of its shard and returns only a manifest row per part (see the module docstring)."""
 
-    def __init__(self, *, model: str, encoding, metrics: tuple, prefixes: dict, options: dict, columns: tuple,
-                 threads: int, pixel_shape):
+    def __init__(self, *, model: str, model_index: int, encoding, metrics: tuple, prefixes: dict, options: dict,
+                 columns: tuple, threads: int, pixel_shape, out: str, fmt: str, names: tuple):
         import torch
 
         from capscore.backbones import load_backbone
@@ -129,12 +172,13 @@ class ScoreActor:
         self.encoder = Encoder(bb, batch_size=e.batch_size,
                                cache=EmbeddingCache(e.cache_dir) if e.cache and e.cache_dir else MemoryCache(),
                                workers=threads)
-        self.model, self.metrics, self.prefixes, self.options = model, metrics, prefixes, options
+        self.model, self.model_index = model, model_index
+        self.metrics, self.prefixes, self.options = metrics, prefixes, options
         self.columns = columns
         self.pixel_shape = tuple(pixel_shape)
+        self.out, self.fmt, self.names = Path(out), fmt, names
 
     def __call__(self, batch):
-        import pyarrow as pa
         import torch
 
         from capscore.pipeline import score_block
@@ -145,87 +189,272 @@ class ScoreActor:
         self.encoder.encode_pixels(
             [cols["key"][i] for i in have],
             [torch.from_numpy(np.frombuffer(cols["px"][i], dtype=np.float32).reshape(self.pixel_shape)) for i in have])
-        body = [i for i, end in enumerate(cols["end"]) if not end]
-        items = [pickle.loads(cols["item"][i]) for i in body]
-        out = {c: [] for c in ("shard", "pos", "end", *self.columns)}
-        for name in self.metrics:
-            rows, fatal = score_block(items, self.encoder, get_metric(name), medium="image",
-                                      prefix=self.prefixes[name], options=self.options.get(name, {}), skip_bad=True)
-            if fatal is not None:
-                raise fatal
-            for i, row in zip(body, rows):
-                _append(out, cols, i, row | {"model": self.model, "metric": name}, self.columns)
-        for i, end in enumerate(cols["end"]):
-            if end:
-                _append(out, cols, i, dict.fromkeys(self.columns), self.columns)
-        numbers = {c: pa.array(out[c], pa.float64()) for c in self.columns if c not in TEXT}
-        return pa.table({**out, **numbers})
+        manifest = []
+        for s in dict.fromkeys(cols["shard"]):  # a block holds one shard's rows; any number is handled
+            mine = [i for i, x in enumerate(cols["shard"]) if x == s]
+            body = [i for i in mine if not cols["end"][i]]
+            for i in mine:
+                if cols["end"][i]:  # sentinel: the shard has this many items
+                    manifest.append(_manifest(s, self.model_index, -1, -1, 0, end=cols["pos"][i]))
+            if not body:
+                continue
+            first = cols["pos"][body[0]]
+            if [cols["pos"][i] for i in body] != list(range(first, first + len(body))):
+                raise RuntimeError(f"block of shard {s} is not contiguous")  # a bug, never user input
+            items = [pickle.loads(cols["item"][i]) for i in body]
+            folder = parts_folder(self.out, self.names[s])
+            for k, name in enumerate(self.metrics):
+                rows, fatal = score_block(items, self.encoder, get_metric(name), medium="image",
+                                          prefix=self.prefixes[name], options=self.options.get(name, {}),
+                                          skip_bad=True)
+                if fatal is not None:
+                    raise fatal
+                rows = [_clean(r | {"model": self.model, "metric": name}, self.columns) for r in rows]
+                write_part(folder / part_name(self.model_index, k, first, len(rows), self.fmt), rows,
+                           self.fmt, self.columns)
+                scores = [r["score"] for r in rows if r["score"] is not None]
+                error = next((r["error"] for r in rows if r["error"] is not None), None)
+                manifest.append(_manifest(s, self.model_index, k, first, len(rows), scored=len(scores),
+                                          total=math.fsum(scores), skipped=len(rows) - len(scores), error=error))
+        return _manifest_table(manifest)
 
 
-TEXT = ("id", "image", "caption", "system", "model", "metric", "error")
+MANIFEST = ("shard", "model", "metric", "first", "n", "end", "scored", "sum", "skipped", "error")
 
 
-def _append(out, cols, i, row, columns):
-    for c in ("shard", "pos", "end"):
-        out[c].append(cols[c][i])
+def _manifest(shard, model, metric, first, n, *, end=-1, scored=0, total=0.0, skipped=0, error=None) -> tuple:
+    return (shard, model, metric, first, n, end, scored, total, skipped, error)
+
+
+def _manifest_table(rows: list[tuple]):
+    import pyarrow as pa
+
+    types = (pa.int64(),) * 7 + (pa.float64(), pa.int64(), pa.string())
+    data = list(zip(*rows)) if rows else [()] * len(MANIFEST)
+    return pa.table({c: pa.array(list(v), t) for c, v, t in zip(MANIFEST, data, types)})
+
+
+def _clean(row: dict, columns: tuple) -> dict:
+    """The row's columns, with non-finite numbers as None (as the single-process writer never sees them)."""
+    from capscore.report.writers import TEXT_COLUMNS
+
+    out = {}
     for c in columns:
         v = row.get(c)
-        out[c].append(v if c in TEXT or v is None or math.isfinite(v) else None)
+        out[c] = v if c in TEXT_COLUMNS or v is None or math.isfinite(v) else None
+    return out
+
+
+# ------------------------------------------------------------------------------------ part files and commits
+def parts_folder(out: Path, name: str) -> Path:
+    return Path(out) / SIDECAR_DIR / PARTS_DIR / name
+
+
+def part_name(model: int, metric: int, first: int, n: int, fmt: str) -> str:
+    """``m<model>-k<metric>-<first position>-<rows>.<fmt>``: a block re-run writes the same name."""
+    return f"m{model}-k{metric}-{first:012d}-{n}.{fmt}"
+
+
+def _parse_part(name: str):
+    stem, _, _ = name.partition(".")
+    try:
+        m, k, first, n = stem.split("-")
+        return int(m[1:]), int(k[1:]), int(first), int(n)
+    except ValueError:
+        return None
+
+
+def _schema(columns: tuple):
+    import pyarrow as pa
+
+    from capscore.report.writers import TEXT_COLUMNS
+
+    return pa.schema([(c, pa.string() if c in TEXT_COLUMNS else pa.float64()) for c in columns])
+
+
+def write_part(path: Path, rows: list[dict], fmt: str, columns: tuple) -> None:
+    """Write ``rows`` to ``path`` atomically (a unique temporary name, then a rename): a re-run of the same
+    block replaces the file with identical content. JSONL/CSV parts are written by the single-process
+    engine's :class:`~capscore.report.writers.RowWriter` (CSV without header: the commit adds one)."""
+    import uuid
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        if fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            # no fsync: a part outlives no crash (the next run removes the parts of uncommitted shards);
+            # the commit fsyncs the shard file it makes from them
+            pq.write_table(pa.Table.from_pylist(rows, schema=_schema(columns)), tmp)
+        else:
+            from capscore.report.writers import RowWriter
+
+            w = RowWriter(tmp, fmt, existing=True, columns=columns)  # existing: no CSV header in a part
+            w.write(rows)
+            w.close(complete=True)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def commit_shard(out: str, name: str, fmt: str, columns: tuple, n_models: int, n_metrics: int, meta: dict) -> dict:
+    """Ray task: the shard file ``out/<name>.<fmt>`` from its part files, (model, metric) after (model,
+    metric), each in position order; sidecar first (it names the file and its row count), then the file
+    (temporary name, fsync, rename), then the parts are removed. Returns the sidecar."""
+    import shutil
+
+    out = Path(out)
+    folder = parts_folder(out, name)
+    final = out / f"{name}.{fmt}"
+    if not folder.is_dir() and final.is_file() and _load_json(out / SIDECAR_DIR / f"{name}.json") == meta:
+        return meta  # a retry of a commit that finished: nothing left to do
+    found: dict[tuple, dict[int, tuple[int, Path]]] = {}
+    for p in folder.iterdir() if folder.is_dir() else ():
+        parsed = _parse_part(p.name) if not p.name.startswith(".") else None
+        if parsed is not None:
+            m, k, first, n = parsed
+            found.setdefault((m, k), {})[first] = (n, p)
+    ordered: list[Path] = []
+    for m in range(n_models):
+        for k in range(n_metrics):
+            chain, pos = found.get((m, k), {}), 0
+            while pos < meta["items"]:
+                if pos not in chain:  # a bug, never user input: the driver saw every part's manifest
+                    raise RuntimeError(f"shard {name}: no part of model {m}, metric {k} at position {pos}")
+                n, p = chain[pos]
+                ordered.append(p)
+                pos += n
+    side = out / SIDECAR_DIR / f"{name}.json"
+    _write_text(side, json.dumps(meta, indent=1) + "\n")
+    tmp = out / f".{name}.{fmt}.tmp"
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        schema = _schema(columns)
+        with pq.ParquetWriter(tmp, schema) as w:
+            for p in ordered:
+                w.write_table(pq.read_table(p, schema=schema))
+            if not ordered:
+                w.write_table(schema.empty_table())
+    else:
+        with open(tmp, "wb") as f:
+            if fmt == "csv":
+                import csv
+                import io
+
+                head = io.StringIO()
+                csv.writer(head, lineterminator="\n").writerow(columns)
+                f.write(head.getvalue().encode("utf-8"))
+            for p in ordered:
+                with open(p, "rb") as part:
+                    shutil.copyfileobj(part, f, 1 << 20)
+    _fsync(tmp)
+    os.replace(tmp, final)
+    shutil.rmtree(folder, ignore_errors=True)
+    return meta
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = path.with_name(path.name + ".tmp")
+    t.write_text(text, encoding="utf-8")
+    os.replace(t, path)
 
 
 # ------------------------------------------------------------------------------------ the driver
+def shard_output_name(shard: Shard) -> str:
+    """``<stem>-<first 8 hex digits of sha1(absolute path)>``: a function of the shard alone, never of the
+    other shards of the run (``shards/00000.tar`` -> ``00000-3f2a…``; ``a/x.tar`` and ``b/x.tar`` differ)."""
+    path = os.path.abspath(shard.path)
+    stem = Path(path).name.split(".")[0] or "shard"
+    return f"{stem}-{hashlib.sha1(os.fsencode(path)).hexdigest()[:8]}"
+
+
+def output_names(shards: list[Shard]) -> list[str]:
+    """Each shard's output name (:func:`shard_output_name`); the k-th time (k ≥ 2) the same file is listed,
+    ``~k`` is added, so a shard given twice gives two files of the same rows, as the single-process engine
+    gives those rows twice."""
+    seen: dict[str, int] = {}
+    names = []
+    for s in shards:
+        base = shard_output_name(s)
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}~{seen[base]}")
+    return names
+
+
 class ShardOutputs:
-    """``DIR/<shard>.<fmt>`` + ``DIR/_shards/<shard>.json``: written atomically, validated on resume."""
+    """``DIR/<name>.<fmt>`` + its sidecar ``DIR/_shards/<name>.json``; parts in ``DIR/_shards/parts/<name>/``."""
 
     def __init__(self, out: Path, fmt: str, config: dict, columns: tuple):
         self.out, self.fmt, self.config, self.columns = out, fmt, config, columns
 
-    def path(self, shard: Shard) -> Path:
-        return self.out / f"{shard.name}.{self.fmt}"
+    def path(self, name: str) -> Path:
+        return self.out / f"{name}.{self.fmt}"
 
-    def sidecar(self, shard: Shard) -> Path:
-        return self.out / SIDECAR_DIR / f"{shard.name}.json"
+    def sidecar(self, name: str) -> Path:
+        return self.out / SIDECAR_DIR / f"{name}.json"
 
-    def existing(self) -> list[Path]:
-        return sorted(self.out.glob(f"{SIDECAR_DIR}/*.json")) if self.out.is_dir() else []
+    def existing(self) -> dict[str, Path]:
+        """Sidecars in the folder, by output name."""
+        if not self.out.is_dir():
+            return {}
+        return {p.name[: -len(".json")]: p for p in sorted(self.out.glob(f"{SIDECAR_DIR}/*.json"))}
+
+    def remove(self, name: str) -> None:
+        """The output of ``name``: its file (the one its sidecar names, if in this folder), sidecar and parts."""
+        import shutil
+
+        side = self.sidecar(name)
+        meta = _load_json(side)
+        files = {self.path(name)}
+        if isinstance(meta, dict) and isinstance(meta.get("file"), str):
+            files.add(self.out / meta["file"])
+        for q in files:
+            if q.parent == self.out and q.is_file():
+                q.unlink()
+        side.unlink(missing_ok=True)
+        shutil.rmtree(parts_folder(self.out, name), ignore_errors=True)
 
     def clear(self) -> None:
-        for p in self.existing():
-            data = _load_json(p) or {}
-            for q in (p, self.out / str(data.get("file", ""))):
-                if q.is_file() and q.parent in (self.out, self.out / SIDECAR_DIR):
-                    q.unlink()
+        import shutil
 
-    def done(self, shard: Shard) -> dict | None:
+        for name in self.existing():
+            self.remove(name)
+        shutil.rmtree(self.out / SIDECAR_DIR / PARTS_DIR, ignore_errors=True)
+
+    def done(self, name: str, shard: Shard) -> dict | None:
         """The sidecar of a complete, valid output of this shard from this configuration, else None."""
-        meta = _load_json(self.sidecar(shard))
-        if not meta or meta.get("config") != self.config or meta.get("input") != shard.fingerprint():
+        meta = _load_json(self.sidecar(name))
+        if (not isinstance(meta, dict) or meta.get("config") != self.config or meta.get("file") != self.path(name).name
+                or meta.get("input") != shard.fingerprint()):
             return None
-        path = self.path(shard)
         try:
-            rows = _count_rows(path)
-        except Exception:  # unreadable or half-written: redo it
+            rows = _count_rows(self.path(name))
+        except Exception:  # unreadable, missing or half-written: redo it
             return None
         return meta if rows == meta.get("rows") else None
 
-    def write(self, shard: Shard, rows: list[dict]) -> dict:
-        from capscore.report.writers import RowWriter
-
-        final = self.path(shard)
-        tmp = final.with_name(f".{final.stem}.tmp.{self.fmt}")
-        w = RowWriter(tmp, self.fmt, existing=False, columns=self.columns)
-        w.write(rows)
-        w.close(complete=True)
-        os.replace(tmp, final)
-        scores = [r["score"] for r in rows if r["score"] is not None]
-        meta = {"config": self.config, "input": shard.fingerprint(), "file": final.name, "rows": len(rows),
-                "scored": len(scores), "sum": math.fsum(scores), "skipped": len(rows) - len(scores)}
-        side = self.sidecar(shard)
-        side.parent.mkdir(parents=True, exist_ok=True)
-        t = side.with_name(side.name + ".tmp")
-        t.write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-        os.replace(t, side)
-        return meta
+    def changed_setting(self, name: str) -> str | None:
+        """The first configuration key whose value differs in ``name``'s sidecar, as a phrase (or None)."""
+        meta = _load_json(self.sidecar(name))
+        before = meta.get("config") if isinstance(meta, dict) else None
+        if not isinstance(before, dict):
+            return None
+        for key, now in self.config.items():
+            if before.get(key) != now:
+                return f"{key} was {before.get(key)!r} in the earlier run and is {now!r} now"
+        return None
 
 
 def _load_json(p: Path):
@@ -242,7 +471,13 @@ def _count_rows(path: Path) -> int:
         return pq.ParquetFile(path).metadata.num_rows
     from capscore.report.writers import read_rows
 
-    return sum(1 for _ in read_rows(path))
+    columns = ("id",)  # any column read back proves the record complete
+    if path.suffix == ".csv":
+        import csv
+
+        with open(path, encoding="utf-8", newline="") as f:
+            return sum(1 for _ in csv.DictReader(f))
+    return sum(1 for _ in read_rows(path, columns))
 
 
 TASK_CPUS = 0.5  # logical CPUs a read or decode task reserves
@@ -301,77 +536,268 @@ def run_score(job, *, ray: RayOptions) -> int:
     """Score a :class:`capscore.pipeline.ScoreJob` whose source is sharded on a Ray cluster: one file per input
     shard under ``ray.out`` (a folder), rows as the single-process engine writes them (model and metric
     included). See the module docstring."""
-    from capscore.backbones import load_backbone
-    from capscore.pipeline import columns_for, write_json
-    from capscore.scores.clipscore import resolve_prefix
-    from capscore.scores.metric import get_metric
-    from PIL import Image
+    from capscore.report.writers import OutputLock
 
-    ray_mod = require_ray()
-    source, enc = job.source, job.encoding
-    if len(job.models) > 1:
-        raise CapscoreError(f"the Ray engine scores one model per run (several metrics are fine); got "
-                            f"{', '.join(map(str, job.models))} — run once per model, each into its own folder")
+    source = job.source
     out = Path(ray.out)
     if out.suffix.lower() in FILE_SUFFIXES and not out.is_dir():
         raise CapscoreError(f"the Ray engine writes one file per input shard, so its output is a folder; "
                             f"{out} names a {out.suffix} file — give a folder such as {out.with_suffix('')}/")
     if out.exists() and not out.is_dir():
         raise CapscoreError(f"the Ray engine writes one file per input shard into a folder; {out} is a file")
-    model = job.models[0]
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CapscoreError(f"{out}: cannot create the output folder ({e.strerror or e})") from None
+    try:
+        lock = OutputLock(out / "_run")  # DIR/_run.lock, held until the summary is written
+    except CapscoreError as e:
+        if "another capscore process" not in str(e):
+            raise
+        raise CapscoreError(f"{out} is being written by another capscore process (it holds {out / '_run.lock'}); "
+                            "wait for it to finish, then resume if needed") from None
+    try:
+        if ShardOutputs(out, ray.out_format, {}, ()).existing() and not (ray.resume or ray.overwrite):
+            raise OptionError(f"{_braced(out)} already holds shard outputs; use {{resume}} to continue that run or "
+                              "{overwrite} to replace it")
+        return _run_locked(job, ray, out.resolve(), source)
+    finally:
+        lock.release()
+        if created:
+            try:
+                out.rmdir()  # a first run that failed before writing anything leaves no empty folder
+            except OSError:
+                pass
+
+
+def _braced(value) -> str:
+    return str(value).replace("{", "{{").replace("}", "}}")
+
+
+def _run_locked(job, ray: RayOptions, out: Path, source) -> int:
+    import shutil
+
+    from capscore.backbones import load_backbone
+    from capscore.pipeline import check_fit, columns_for, write_json
+    from capscore.scores.clipscore import resolve_prefix
+    from capscore.scores.metric import get_metric
+    from PIL import Image
+
+    ray_mod = require_ray()
+    enc = job.encoding
     cuda = enc.device.startswith("cuda")
+    models = list(dict.fromkeys(str(m) for m in job.models))  # a model named twice is scored once, as locally
     metrics = {n: get_metric(n) for n in job.metrics}
+    for name, m in metrics.items():
+        if "corpus" in m.needs("image"):  # its statistics come from the whole evaluated set, not one block
+            raise CapscoreError(f"metric {name} needs statistics over the whole evaluated set, which the Ray "
+                                "engine (block by block) does not have; score it with the local engine")
     prefixes = {n: resolve_prefix(m, job.prefix) for n, m in metrics.items()}
     options = {n: ({"abe": dict(job.options["abe"])} if n == "abe" and job.options.get("abe") else {})
                for n in metrics}
     columns = columns_for("image", metrics.values())
-    # The driver loads the backbone once on the CPU: its identity keys the output, its preprocessing runs in the
-    # CPU tasks. The actors load their own copy on the job's device.
-    backbone = load_backbone(model, device="cpu", dtype="fp32", seed=enc.seed, context_length=enc.context_length,
-                             trust_remote_code=enc.trust_remote_code, rgb_order=enc.rgb_order)
-    identity = backbone.identity if enc.dtype == "fp32" else f"{backbone.identity}|{enc.dtype}"
-    config = {"model": model, "backbone": identity, "metric": list(metrics) if len(metrics) > 1 else job.metrics[0],
+    # The driver loads each backbone once on the CPU: its identity keys the output, its preprocessing (without
+    # the networks) runs in the CPU tasks. The actors load their own copy on the job's device.
+    light, identities, shapes = [], [], []
+    for model in models:
+        backbone = load_backbone(model, device="cpu", dtype="fp32", seed=enc.seed, context_length=enc.context_length,
+                                 trust_remote_code=enc.trust_remote_code, rgb_order=enc.rgb_order)
+        for m in metrics.values():
+            check_fit(m, backbone)
+        identities.append(backbone.identity if enc.dtype == "fp32" else f"{backbone.identity}|{enc.dtype}")
+        shapes.append(tuple(backbone.preprocess(Image.new("RGB", (8, 8))).shape))
+        light.append(preprocess_only(backbone))
+        del backbone
+    one = lambda xs: xs[0] if len(xs) == 1 else xs  # noqa: E731
+    config = {"model": one(models), "backbone": one(identities), "metric": one(list(metrics)),
               "prefix": prefixes[job.metrics[0]] if len(set(prefixes.values())) == 1 else prefixes,
-              "source": source.kind, "options": source.options.__dict__}
+              "source": source.kind, "options": source.options.__dict__, "format": ray.out_format}
+    if "abe" in metrics:
+        config["abe"] = options["abe"].get("abe", {})
     state = ShardOutputs(out, ray.out_format, config, columns)
-    if state.existing() and not ray.resume:
-        if not ray.overwrite:
-            raise OptionError(f"{str(out).replace('{', '{{').replace('}', '}}')} already holds shard outputs; use "
-                              "{resume} to continue that run or {overwrite} to replace it")
+    shards = list(source.shards)
+    names = output_names(shards)
+    current = set(names)
+    existing = state.existing()
+    if existing and not ray.resume:  # --overwrite (run_score refused the rest)
         state.clear()
-    out.mkdir(parents=True, exist_ok=True)
-    finished = {s.name: m for s in source.shards if (m := state.done(s)) is not None} if ray.resume else {}
-    todo = [s for s in source.shards if s.name not in finished]
-    pixel_shape = tuple(backbone.preprocess(Image.new("RGB", (8, 8))).shape)
+        existing = {}
+    for name in existing:
+        if name in current and (why := state.changed_setting(name)) is not None:
+            raise OptionError(f"{{resume}}: {_braced(out)}: {_braced(why)}; use the same settings, or {{overwrite}} "
+                              "to start again")
+    orphans = [n for n in existing if n not in current]
+    for name in orphans:  # shards no longer in the input: their rows leave the folder
+        state.remove(name)
+    finished = {}
+    for name, shard in zip(names, shards):
+        if name in existing and (meta := state.done(name, shard)) is not None:
+            finished[name] = meta
+    todo = [(name, shard) for name, shard in zip(names, shards) if name not in finished]
+    for name, _ in todo:
+        state.remove(name)  # a stale or partial output never stays beside the new one
+    shutil.rmtree(out / SIDECAR_DIR / PARTS_DIR, ignore_errors=True)  # parts of an interrupted run
+    for p in [*out.glob(".*.tmp"), *out.glob(f"{SIDECAR_DIR}/*.json.tmp")]:  # a commit killed mid-write
+        p.unlink(missing_ok=True)
+    spath = out / "_summary.json"
+    write_json(spath, {"status": "running", "engine": "ray", **config, **source.describe()})
     t0 = time.perf_counter()
     metas = dict(finished)
     if todo:
-        ctx = _init(ray_mod, ray)
+        _init(ray_mod, ray)
         res = ray_mod.cluster_resources()
         threads = ray.threads_per_worker
         workers = ray.workers or default_workers(enc.device, res.get("CPU", 1), res.get("GPU", 0),
                                                  ray.gpus_per_worker, threads)
-        actor_args = dict(model=model, encoding=enc, metrics=tuple(metrics), prefixes=prefixes, options=options,
-                          columns=columns, threads=threads, pixel_shape=pixel_shape)
-        ds = build_pipeline(ray_mod, todo, source.options, preprocess_only(backbone), actor_args=actor_args,
-                            workers=workers, gpus_per_worker=ray.gpus_per_worker if cuda else 0)
-        del ctx
-        metas.update(collect(ds, todo, state, n_metrics=len(metrics), skip_bad=job.skip_bad, quiet=ray.quiet))
+        tracker = Tracker([n for n, _ in todo], [s for _, s in todo], state, n_models=len(models),
+                          n_metrics=len(metrics), skip_bad=job.skip_bad, models=models, metrics=list(metrics))
+        tracker.committer = ray_mod.remote(num_cpus=0, max_retries=3)(commit_shard)
+        for mi, model in enumerate(models):
+            actor_args = dict(model=model, model_index=mi, encoding=enc, metrics=tuple(metrics), prefixes=prefixes,
+                              options=options, columns=columns, threads=threads, pixel_shape=shapes[mi],
+                              out=str(out), fmt=ray.out_format, names=tuple(n for n, _ in todo))
+            ds = build_pipeline(ray_mod, [s for _, s in todo], source.options, light[mi], actor_args=actor_args,
+                                workers=workers, gpus_per_worker=ray.gpus_per_worker if cuda else 0)
+            tracker.run(ds, ray_mod)
+        metas.update(tracker.finish(ray_mod))
     elapsed = time.perf_counter() - t0
+    runs = _runs(metas, models, identities, list(metrics))
     scored = sum(m["scored"] for m in metas.values())
     skipped = sum(m["skipped"] for m in metas.values())
-    mean = math.fsum(m["sum"] for m in metas.values()) / scored if scored else None
-    result = {"status": "complete", "engine": "ray", "metric": config["metric"], "model": model,
-              **source.describe(), "count": scored, "skipped": skipped, "mean": mean,
-              "shards": len(source.shards), "shards_resumed": len(finished), "seconds": round(elapsed, 3)}
-    spath = out / "_summary.json"
+    result = {"status": "complete", "engine": "ray", **config, **source.describe(), "count": scored,
+              "skipped": skipped, "mean": runs[0]["mean"] if len(runs) == 1 else None,
+              **({"runs": runs} if len(runs) > 1 else {}), "shards": len(shards), "shards_resumed": len(finished),
+              "orphans_removed": len(orphans), "files": [f"{n}.{ray.out_format}" for n in names],
+              "seconds": round(elapsed, 3)}
     write_json(spath, result)
-    m = "n/a" if mean is None else f"{mean:.4f}"
-    what = ", ".join(metrics)
-    print(f"{what} with {model}: {scored} scored, {skipped} skipped, mean {m} "
-          f"({len(source.shards)} shards, {len(finished)} already done)")
-    print(f"rows: {out}/<shard>.{ray.out_format}  summary: {spath}", file=sys.stdout)
+    for r in runs:
+        m = "n/a" if r["mean"] is None else f"{r['mean']:.4f}"
+        print(f"{r['metric']} with {r['model']}: {r['count']} scored, {r['skipped']} skipped, mean {m}")
+    print(f"{len(shards)} shards, {len(finished)} already done"
+          + (f", {len(orphans)} outputs of shards no longer given removed" if orphans else "")
+          + f"; rows: {out}/<shard>-<hash>.{ray.out_format}  summary: {spath}", file=sys.stdout)
     return 0
+
+
+def _runs(metas: dict, models: list, identities: list, metrics: list) -> list[dict]:
+    """Count, mean and skipped per (model, metric) over every shard's sidecar."""
+    acc = {(m, k): [0, [], 0] for m in models for k in metrics}
+    for meta in metas.values():
+        for r in meta.get("runs", ()):
+            a = acc.get((r["model"], r["metric"]))
+            if a is not None:
+                a[0] += r["scored"]
+                a[1].append(r["sum"])
+                a[2] += r["skipped"]
+    out = []
+    for (m, k), (n, sums, skipped) in acc.items():
+        out.append({"model": m, "backbone": identities[models.index(m)], "metric": k, "count": n,
+                    "mean": math.fsum(sums) / n if n else None, "skipped": skipped})
+    return out
+
+
+class Tracker:
+    """The driver's view of a run: manifest rows in, commit tasks out. It holds, per shard in flight, one
+    small entry per block until that (model, metric)'s blocks cover the shard, then only its totals; a
+    shard whose every (model, metric) is covered is committed by a Ray task (:func:`commit_shard`) and
+    forgotten. Blocks are keyed by their first position, so a block reported twice (a retried task)
+    counts once."""
+
+    def __init__(self, names: list, shards: list, state: ShardOutputs, *, n_models: int, n_metrics: int,
+                 skip_bad: bool, models: list, metrics: list):
+        self.names, self.state, self.skip_bad = names, state, skip_bad
+        self.fingerprints = [s.fingerprint() for s in shards]  # taken before reading: a change meanwhile redoes it
+        self.n_models, self.n_metrics, self.models, self.metrics = n_models, n_metrics, models, metrics
+        self.items: dict[int, int] = {}
+        self.blocks: dict[tuple, dict[int, tuple]] = {}
+        self.front: dict[tuple, int] = {}
+        self.totals: dict[int, dict[tuple, tuple]] = {}
+        self.pending: list = []
+        self.metas: dict[str, dict] = {}
+        self.committer = None
+
+    def run(self, ds, ray) -> None:
+        try:
+            for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+                for row in batch.to_pylist():
+                    self.add(row, ray)
+                self._reap(ray, block=False)
+        except Exception as e:
+            raise _user_error(e) from None
+
+    def add(self, row: dict, ray) -> None:
+        s, m = row["shard"], row["model"]
+        if row["end"] >= 0:
+            self.items[s] = row["end"]
+            ks = range(self.n_metrics)
+        else:
+            if row["error"] is not None and not self.skip_bad:
+                raise CapscoreError(row["error"])
+            self.blocks.setdefault((s, m, row["metric"]), {})[row["first"]] = (
+                row["n"], row["scored"], row["sum"], row["skipped"])
+            ks = (row["metric"],)
+        if s not in self.items:
+            return
+        for k in ks:
+            self._check(s, m, k)
+        if len(self.totals.get(s, ())) == self.n_models * self.n_metrics:
+            self._commit(s, ray)
+
+    def _check(self, s: int, m: int, k: int) -> None:
+        done = self.totals.setdefault(s, {})
+        if (m, k) in done:
+            return
+        chain = self.blocks.get((s, m, k), {})
+        pos = self.front.get((s, m, k), 0)  # positions before it are covered: walk on from there
+        while pos < self.items[s] and pos in chain:
+            pos += chain[pos][0]
+        self.front[(s, m, k)] = pos
+        if pos == self.items[s]:
+            used, p = [], 0
+            while p < pos:
+                used.append(chain[p])
+                p += chain[p][0]
+            done[(m, k)] = (sum(u[1] for u in used), math.fsum(u[2] for u in used), sum(u[3] for u in used))
+            self.blocks.pop((s, m, k), None)
+            self.front.pop((s, m, k), None)
+
+    def _commit(self, s: int, ray) -> None:
+        totals = self.totals.pop(s)
+        items = self.items.pop(s)
+        runs = [{"model": self.models[m], "metric": self.metrics[k], "scored": t[0], "sum": t[1], "skipped": t[2]}
+                for (m, k), t in sorted(totals.items())]
+        name = self.names[s]
+        meta = {"config": self.state.config, "input": self.fingerprints[s], "file": self.state.path(name).name,
+                "items": items, "rows": items * self.n_models * self.n_metrics,
+                "scored": sum(r["scored"] for r in runs), "sum": math.fsum(r["sum"] for r in runs),
+                "skipped": sum(r["skipped"] for r in runs), "runs": runs}
+        self.pending.append((name, self.committer.remote(str(self.state.out), name, self.state.fmt,
+                                                         self.state.columns, self.n_models, self.n_metrics, meta)))
+
+    def _reap(self, ray, *, block: bool) -> None:
+        if not self.pending:
+            return
+        refs = [r for _, r in self.pending]
+        ready, _ = ray.wait(refs, num_returns=len(refs) if block else len(refs), timeout=None if block else 0)
+        ready = set(ready)
+        keep = []
+        for name, ref in self.pending:
+            if ref in ready:
+                self.metas[name] = ray.get(ref)
+            else:
+                keep.append((name, ref))
+        self.pending = keep
+
+    def finish(self, ray) -> dict:
+        try:
+            self._reap(ray, block=True)
+        except Exception as e:
+            raise _user_error(e) from None
+        missing = [n for n in self.names if n not in self.metas]
+        if missing:  # a bug, never user input: Ray returned fewer manifests than the readers produced
+            raise RuntimeError(f"Ray pipeline ended with incomplete shards: {missing[:5]}")
+        return self.metas
 
 
 def _init(ray, opts):
@@ -432,37 +858,6 @@ def build_pipeline(ray, shards: list[Shard], options, light_backbone, *, actor_a
                           compute=ray.data.ActorPoolStrategy(size=workers),
                           num_cpus=actor_cpus(ray.cluster_resources().get("CPU", 1), workers, actor_args["threads"]),
                           num_gpus=gpus_per_worker)
-
-
-def collect(ds, shards: list[Shard], state: ShardOutputs, *, n_metrics: int = 1, skip_bad: bool,
-            quiet: bool) -> dict:
-    """Iterate the pipeline's rows; write each shard once all its rows are in (every item × every metric,
-    ordered by metric then position, as the single-process engine writes them). Returns sidecars by shard."""
-    pending: dict[int, dict[tuple, dict]] = {}
-    expected: dict[int, int] = {}
-    written: dict[str, dict] = {}
-    metric_order: dict[str, int] = {}
-    try:
-        for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-            for row in batch.to_pylist():
-                s = row["shard"]
-                if row["end"]:
-                    expected[s] = row["pos"] * n_metrics
-                else:
-                    if row["error"] is not None and not skip_bad:
-                        raise CapscoreError(row["error"])
-                    k = metric_order.setdefault(row["metric"], len(metric_order))
-                    pending.setdefault(s, {})[(k, row["pos"])] = {c: row[c] for c in state.columns}
-                if s in expected and len(pending.get(s, {})) == expected[s]:
-                    got = pending.pop(s, {})
-                    expected.pop(s)
-                    written[shards[s].name] = state.write(shards[s], [got[key] for key in sorted(got)])
-    except Exception as e:
-        raise _user_error(e) from None
-    missing = [shards[s].name for s in range(len(shards)) if shards[s].name not in written]
-    if missing:  # a bug, never user input: Ray returned fewer rows than the readers produced
-        raise RuntimeError(f"Ray pipeline ended with incomplete shards: {missing[:5]}")
-    return written
 
 
 def _user_error(e: Exception) -> Exception:
