@@ -28,6 +28,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.errors import CapscoreError, param_error
 
 _BACKBONES: dict[tuple, object] = {}  # loaded backbones, reused across calls (weights are read once)
@@ -243,8 +244,7 @@ def score(
                              **{k: r[k] for k in COMPONENTS if k in r}})
     if not as_frame:
         return [r["score"] for r in rows]
-    import pandas as pd
-
+    pd = require("pandas", purpose="a DataFrame result (as_frame=True)")
     return pd.DataFrame(rows)
 
 

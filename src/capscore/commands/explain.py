@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.commands._args import add_device, add_model, positive_int
 
 COLOR_RANGE = (-1.0, 1.0)  # fixed, so two maps (words, images, models) share one colour scale
@@ -68,8 +69,7 @@ def draw_heatmap(image, heat, *, caption: str, out: Path, color_range: tuple[flo
     """
     import json
 
-    import matplotlib
-
+    matplotlib = require("matplotlib", purpose="capscore explain")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle

@@ -6,6 +6,7 @@ import re
 import sys
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.commands import _shards
 from capscore.commands._args import add_device, add_model, non_negative_int, output_dir, positive_int, probability
 from capscore.errors import CapscoreError, unknown_name
@@ -214,8 +215,7 @@ def _write_rows(path: Path, res) -> None:
     meta = {"suite": res.suite, "model": res.model, "scorer": res.scorer, "seed": res.seed}
     rows = [{**meta, **r} for r in res.rows]
     if path.suffix == ".parquet":
-        import pandas as pd
-
+        pd = require("pandas", purpose="a .parquet output")
         pd.DataFrame([{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()}
                       for r in rows]).to_parquet(path, index=False)
         return

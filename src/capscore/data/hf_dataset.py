@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.data.parquet import columns_for, items_from_batches
 from capscore.data.shards import SourceOptions, expect_files
 from capscore.errors import CapscoreError, InputError
@@ -22,10 +23,7 @@ from capscore.errors import CapscoreError, InputError
 
 def list_arrow_files(spec: str, *, split: str | None = None) -> list[str]:
     """The Arrow files of the dataset (of ``split``) saved in folder ``spec``."""
-    try:
-        import datasets
-    except ImportError:
-        raise CapscoreError('--hf-dataset needs the datasets library: pip install "capscore[hf]"') from None
+    datasets = require("datasets", purpose="--hf-dataset")
     if not Path(spec).is_dir():
         raise InputError(spec, "no such folder (expected a dataset saved with datasets' save_to_disk)")
     try:
@@ -46,8 +44,7 @@ def list_arrow_files(spec: str, *, split: str | None = None) -> list[str]:
 
 
 def read_arrow_file(path: str, *, name: str, options: SourceOptions = SourceOptions()) -> Iterator:
-    import pyarrow as pa
-
+    pa = require("pyarrow", purpose="reading Arrow files")
     try:
         reader = pa.ipc.open_stream(pa.memory_map(path))
     except (pa.ArrowInvalid, OSError) as e:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.data.captions import BadItem
 from capscore.data.records import Record
 from capscore.data.shards import SourceOptions, expect_files
@@ -57,8 +58,7 @@ def columns_for(path: str, names: list[str], options: SourceOptions) -> dict[str
 
 
 def read_parquet_file(path: str, *, name: str, options: SourceOptions = SourceOptions()) -> Iterator:
-    import pyarrow.parquet as pq
-
+    pq = require("pyarrow.parquet", purpose="reading Parquet")
     try:
         f = pq.ParquetFile(path)
     except Exception as e:  # pyarrow raises ArrowInvalid/OSError for anything that is not Parquet

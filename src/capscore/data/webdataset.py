@@ -24,6 +24,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
+from capscore._optional import require
 from capscore.data.captions import BadItem
 from capscore.data.records import Record
 from capscore.data.shards import SourceOptions, expect_files
@@ -35,7 +36,7 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 
 def list_tar_shards(spec: str) -> list[str]:
     """A path, a folder (its ``*.tar``, sorted) or a brace pattern -> shard paths."""
-    from braceexpand import braceexpand
+    braceexpand = require("braceexpand", purpose="WebDataset shards").braceexpand
 
     if os.path.isdir(spec):
         found = sorted(str(p) for p in Path(spec).iterdir() if p.name.endswith(".tar"))

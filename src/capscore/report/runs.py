@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.errors import CapscoreError, InputError
 
 EXPLAIN_PNG_KEY = "capscore-explain"  # the PNG text chunk commands/explain.py writes (its PNG_KEY)
@@ -219,8 +220,7 @@ _LIST_FIELDS = ("prefix_scores", "wrong_scores", "units", "wrong", "paraphrases"
 
 def _read_probe_rows(path: Path) -> list[dict]:
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
+        pq = require("pyarrow.parquet", purpose="reading Parquet")
         rows = pq.read_table(str(path)).to_pylist()
         for r in rows:  # probe writes lists/dicts as JSON strings in Parquet
             for k in _LIST_FIELDS:
