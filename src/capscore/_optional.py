@@ -49,6 +49,6 @@ def require(module: str, *, purpose: str, extra: str | None = None) -> ModuleTyp
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        missing = getattr(e, "name", None) or module.split(".")[0]
+        missing = (getattr(e, "name", None) or module).split(".")[0]
         raise MissingExtra(f"{purpose} needs the {extra!r} extra: pip install 'capscore[{extra}]' "
                            f"({missing} is not installed)") from None
