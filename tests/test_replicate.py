@@ -28,6 +28,7 @@ def test_item_interval_brackets_the_mean_and_collapses_on_constants():
     assert rep.item_interval([np.ones(5), np.zeros(5)]) == (0.5, 0.5)
 
 
+@pytest.mark.slow  # a replication's smoke run
 def test_smoke_writes_a_table(tmp_path):
     out = tmp_path / "rep.md"
     assert rep.main(["--smoke", "--out", str(out)]) == 0
@@ -43,6 +44,7 @@ def test_smoke_writes_a_table(tmp_path):
     assert "Command: `python benchmarks/replicate.py --smoke" in text
 
 
+@pytest.mark.slow  # a replication's smoke run
 def test_smoke_abe_and_lgip_sections(tmp_path):
     out = tmp_path / "rep.md"
     assert rep.main(["--smoke", "--experiment", "abe", "lgip", "--out", str(out)]) == 0
@@ -58,6 +60,7 @@ def test_smoke_abe_and_lgip_sections(tmp_path):
     assert {"E_inv", "E_sens (all)", "PR (all)", "PR (color)", "PR (object)"} <= lgip
 
 
+@pytest.mark.slow  # a replication's smoke run
 def test_smoke_prmcs_trains_each_arm_once_and_reports_percent_drops(tmp_path):
     out, work = tmp_path / "rep.md", tmp_path / "runs"
     argv = ["--smoke", "--experiment", "prmcs", "--seeds", "0", "1", "--work", str(work), "--out", str(out)]
@@ -129,6 +132,7 @@ def test_specs_wrong_units_are_false_facts_about_the_image_and_true_units_are_tr
     assert checked > 60
 
 
+@pytest.mark.slow  # a replication's smoke run
 def test_smoke_specs_trains_a_shared_start_and_two_arms(tmp_path):
     out, work = tmp_path / "rep.md", tmp_path / "runs"
     assert rep.main(["--smoke", "--experiment", "specs", "--seeds", "0", "1", "--work", str(work),
@@ -146,6 +150,7 @@ def test_smoke_specs_trains_a_shared_start_and_two_arms(tmp_path):
             mean[f"+ SPECS: {metric}"] - mean[f"+ contrastive (control): {metric}"], abs=2e-3)
 
 
+@pytest.mark.slow  # a replication's smoke run
 def test_smoke_specs_grid_trains_each_table5_row_from_the_shared_start(tmp_path):
     import json
 
@@ -181,6 +186,7 @@ def test_smoke_specs_grid_trains_each_table5_row_from_the_shared_start(tmp_path)
     assert arms == {"1:8:0.8 (paper)", "1:8:8 (γ ×10)", "1:8:8 (γ ×10) − paper"}
 
 
+@pytest.mark.slow  # a replication's smoke run
 def test_smoke_pacs_trains_three_arms_from_one_start_differing_only_in_lambda(tmp_path):
     import json
 

@@ -71,10 +71,12 @@ def _check_claims(bb, claimed: dict) -> None:
             assert g["n"] == c["n"] and abs(g["accuracy"] - c["accuracy"]) <= TOLERANCE, (part, kind, g, c)
 
 
+@pytest.mark.slow  # re-measures the model card's claims
 def test_claimed_rates_reproduce_on_the_fixed_seed(bb, claims):
     _check_claims(bb, claims["evaluation"])
 
 
+@pytest.mark.slow  # re-measures the model card's claims
 def test_v4_is_v3_with_a_second_order_readout_and_its_claims_hold(bb):
     """scenes-tiny-v4 (capscore.backbones.readout): v3's towers, a 128²-number global vector, patch and word
     tokens still 128-d; the model card's numbers re-measured on the same fixed seed."""
@@ -97,6 +99,7 @@ def test_v4_is_v3_with_a_second_order_readout_and_its_claims_hold(bb):
     _check_claims(v4, claimed)
 
 
+@pytest.mark.slow  # re-measures the model card's claims
 def test_flip_wins_recomputed_with_plain_open_clip(bb, claims):
     """Independent path: open_clip's own tokenizer (padded to 77) and encode_* on the raw model."""
     from capscore.scenes import applicable_errors, generate_scenes, make_flaw
@@ -121,6 +124,7 @@ def test_flip_wins_recomputed_with_plain_open_clip(bb, claims):
     assert abs(ref.mean() - claimed) <= 0.1, (ref.mean(), claimed)
 
 
+@pytest.mark.slow  # re-measures the model card's claims
 def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
     """``scenes eval``'s blind column: both captions against an empty scene (text priors only)."""
     from capscore.scenes import generate_scenes
