@@ -49,6 +49,7 @@ Experiments (see each function's docstring):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -57,6 +58,8 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats
+
+os.environ.setdefault("CAPSCORE_MODEL_CONFIGS", str(Path(__file__).resolve().parents[1] / "tests" / "configs"))  # capscore-test-tiny
 
 
 def _load(spec: str, seed: int):

@@ -76,9 +76,9 @@ def test_recipe_reproduces_the_replaced_trainer_and_itself_bit_for_bit(tmp_path,
     assert all(v.dtype == torch.float16 for v in bundled.values())
     assert torch.equal(bundled["text_projection"], state["text_projection"].half())
     bb = backbone_from_file(tmp_path / "a" / "scenes-tiny.safetensors", spec="x")
-    assert bb.embed_dim == 128 and bb.image_size == 64  # the file names its architecture: openclip:scenes-tiny
+    assert bb.embed_dim == 128 and bb.image_size == 64  # the file names its architecture: openclip:scenes-tiny-v1
     report = json.loads((tmp_path / "a" / "scenes-tiny.json").read_text())  # the report beside a bundled file
-    assert report["arch"] == "scenes-tiny" and report["evaluation"] is None  # --eval-scenes 0
+    assert report["arch"] == "scenes-tiny-v1" and report["evaluation"] is None  # --eval-scenes 0
     assert report["params"] == sum(v.numel() for v in state.values() if v.is_floating_point())
     assert report["history"] == []  # 4 steps: no complete block of 50
     from capscore.train.scenes_tiny import bundle_report
@@ -89,7 +89,7 @@ def test_recipe_reproduces_the_replaced_trainer_and_itself_bit_for_bit(tmp_path,
     assert [h["loss"] for h in two] == pytest.approx([(losses[0] + losses[1]) / 2, (losses[2] + losses[3]) / 2])
     card = json.loads((tmp_path / "a" / "card.json").read_text())
     assert card["recipe"] == "scenes-tiny" and card["train_config"]["lr"] == 1e-3
-    assert card["train_config"]["grad_clip"] == 1.0 and card["base_model"] == "openclip:scenes-tiny"
+    assert card["train_config"]["grad_clip"] == 1.0 and card["base_model"] == "openclip:scenes-tiny-v1"
 
 
 def test_stream_batches_are_a_pure_function_of_seed_and_index():
@@ -447,7 +447,7 @@ def test_lock_text_steps_keeps_the_text_tower_at_its_init_then_trains_it(tmp_pat
                  "--ckpt-every", "1", "--eval-scenes", "0", "--set", "lock_text_steps=2",
                  "--set", "dense=filip", "--set", "dense_weight=0.5"]) == 0
     with pytest.warns(Warning):  # random init, as the recipe's start (seed 0)
-        init = load_backbone("openclip:scenes-tiny", seed=0).model.state_dict()
+        init = load_backbone("openclip:scenes-tiny-v1", seed=0).model.state_dict()
 
     def ckpt(step):
         d = load_file(str(tmp_path / "checkpoints" / f"step-{step:06d}" / "model.safetensors"))

@@ -108,7 +108,7 @@ PARAMS = dict(negative_kinds=",".join(HARD_NEGATIVE_KINDS), negative_weights="",
               dense="none", dense_weight=0.0, dense_negatives="own", twins=0.0, lock_text_steps=0,
               single_object_steps=0, bound_negatives=0.0, negatives_per_image=1, patch_dropout=0.0,
               min_objects=1)
-START_MODEL = "openclip:scenes-tiny"  # random init from --seed
+START_MODEL = "openclip:scenes-tiny-v1"  # random init from --seed
 
 
 def negative_mix(p: dict) -> tuple[tuple[str, ...], np.ndarray | None]:
