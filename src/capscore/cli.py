@@ -17,7 +17,7 @@ COMMANDS: dict[str, str] = {
     "explain": "save a token-patch similarity heat map for one (image, caption, word)",
     "correlate": "meta-evaluate metrics against human judgments",
     "train": "train or fine-tune a metric backbone (specs, prmcs, pacs, contrastive)",
-    "scenes": "generate synthetic scenes; train scenes-tiny",
+    "scenes": "generate synthetic scenes and evaluate a model on them (train one with capscore train scenes-tiny)",
     "models": "show the --model grammar and bundled models",
     "report": "one self-contained HTML page of plots and tables from score/probe/correlate/train/explain runs",
 }
