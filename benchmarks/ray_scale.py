@@ -40,6 +40,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
+os.environ.setdefault("CAPSCORE_MODEL_CONFIGS", str(Path(__file__).resolve().parents[1] / "tests" / "configs"))  # capscore-test-tiny
 
 
 def make_shards(folder: Path, shards: int, per_shard: int) -> str:

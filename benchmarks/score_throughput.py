@@ -42,6 +42,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("CAPSCORE_MODEL_CONFIGS", str(Path(__file__).resolve().parents[1] / "tests" / "configs"))  # capscore-test-tiny
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

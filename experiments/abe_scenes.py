@@ -27,11 +27,15 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
+
+os.environ.setdefault("CAPSCORE_MODEL_CONFIGS", str(Path(__file__).resolve().parents[1] / "tests" / "configs"))  # capscore-test-tiny
 
 ROWS = [
     ("global CLIP-S", None),

@@ -56,12 +56,13 @@ Experiments (see each function's docstring):
         --distill-steps 100 --train-steps 100 --work runs/replicate --out rep-specs.md
     python experiments/replicate.py --experiment specs-grid --model scenes-tiny --seeds 0 1 2 --n 500 \
         --distill-steps 100 --train-steps 100 --work runs/replicate --out rep-specs-grid.md  # reuses specs's start
-    python experiments/replicate.py --experiment pacs --model openclip:scenes-tiny --seeds 0 1 2 --n 500 \
+    python experiments/replicate.py --experiment pacs --model openclip:scenes-tiny-v1 --seeds 0 1 2 --n 500 \
         --train-scenes 128 --train-steps 300 --batch-size 32 --lr 1e-3 --work runs/replicate --out rep-pacs.md
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -102,6 +103,8 @@ class Items:
 
 def _items(values, clusters) -> Items:
     return Items(np.asarray(values, float), np.asarray(clusters))
+
+os.environ.setdefault("CAPSCORE_MODEL_CONFIGS", str(Path(__file__).resolve().parents[1] / "tests" / "configs"))  # capscore-test-tiny
 
 
 def _load(spec: str, seed: int):
@@ -461,7 +464,7 @@ PACS_GRADED = 4  # graded captions per held-out scene
 def pacs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     """PAC-S (Sarto et al., 2023, §3 eq. 2; Table 1's τ-b / τ-c against human judgments) in a low-data
     regime: from ``spec`` — meant to be a model that does not know scenes, e.g. the random-init
-    ``openclip:scenes-tiny`` (``--seed`` seeds the weights) — ``steps`` of training on a small real set
+    ``openclip:scenes-tiny-v1`` (``--seed`` seeds the weights) — ``steps`` of training on a small real set
     (``--train-scenes``, e.g. 128 scenes: image + long caption) in each arm of :data:`PACS_ARMS`. The
     generated positives carry what the real pairs lack: V′ is the scene re-drawn with every object
     moved inside its cell (a new layout of the same graph), T′ a paraphrase of its short caption (another

@@ -38,7 +38,7 @@ evaluation scenes (seed 12345) as ``scenes eval``:
    architecture (``--model openclip:ARCH``) for the baseline of untrained random features.
 
     python experiments/scenes_binding.py                       # scenes-tiny, 300 scenes (flips) / 500 (R@1)
-    python experiments/scenes_binding.py --model scenes-tiny-v1 --json out.json
+    python experiments/scenes_binding.py --model openclip:scenes-tiny-v1/DIR/scenes-tiny.safetensors --json out.json  # v1, rebuilt by its recipe
     python experiments/scenes_binding.py --n 20 --n-retrieval 20 --probe 8000   # part 4 (about 30 s)
 """
 from __future__ import annotations

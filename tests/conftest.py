@@ -1,8 +1,13 @@
-"""Shared fixtures: a tiny random-init real open_clip architecture and generated images."""
+"""Shared fixtures: a tiny random-init real open_clip architecture and generated images.
+
+``capscore-test-tiny`` (tests/configs/) is a test fixture, not part of capscore: it is registered here,
+through ``$CAPSCORE_MODEL_CONFIGS`` so that subprocesses and Ray workers started by the tests see it too.
+"""
 from __future__ import annotations
 
 import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +17,9 @@ from PIL import Image
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+TEST_CONFIGS = Path(__file__).resolve().parent / "configs"
+os.environ["CAPSCORE_MODEL_CONFIGS"] = os.pathsep.join(
+    filter(None, [str(TEST_CONFIGS), os.environ.get("CAPSCORE_MODEL_CONFIGS", "")]))
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 

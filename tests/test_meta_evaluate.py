@@ -197,8 +197,9 @@ def test_scenes_oracle_clip_s_correlates_with_f1():
 
 
 def test_correlate_draws_the_oracle_scenes_at_each_models_input_size(monkeypatch, tmp_path, capsys):
-    """scenes-tiny takes 96 px and scenes-tiny-v1 64 px: each scores the same captions on scenes drawn
-    at its own size (not 64-px drawings upsampled by the 96-px preprocessing)."""
+    """scenes-tiny takes 96 px and the v1 architecture 64 px (random weights: only its input size matters
+    here): each scores the same captions on scenes drawn at its own size (not 64-px drawings upsampled by
+    the 96-px preprocessing)."""
     import capscore.meta.oracle as oracle
     from capscore.cli import main
 
@@ -211,7 +212,7 @@ def test_correlate_draws_the_oracle_scenes_at_each_models_input_size(monkeypatch
 
     monkeypatch.setattr(oracle, "scenes_oracle", spy)
     assert main(["-q", "correlate", "--dataset", "scenes-oracle", "--scenes", "3", "--model", "scenes-tiny",
-                 "scenes-tiny-v1", "--metric", "clip-s", "--bootstrap", "0", "--no-cache"]) == 0
+                 "openclip:scenes-tiny-v1", "--metric", "clip-s", "--bootstrap", "0", "--no-cache"]) == 0
     assert seen == [{(64, 64)}, {(96, 96)}, {(64, 64)}]  # the default, then one set per model
     rows = [ln for ln in capsys.readouterr().out.splitlines() if "clip-s" in ln.lower()]
     assert len(rows) == 2

@@ -22,6 +22,7 @@ from shard_inputs import samples, write_hf, write_parquet, write_webdataset
 from test_cli_score import MODEL, one_line_error, rows, score
 
 ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow  # a local Ray cluster, end to end
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -346,7 +347,7 @@ def test_ray_absent_says_how_to_install_in_one_line(tmp_path, monkeypatch, capsy
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", "--out", tmp_path / "ray") == 2
-    one_line_error(capsys, '--engine ray', 'pip install "capscore[ray]"')
+    one_line_error(capsys, "--engine ray", "pip install 'capscore[ray]'")
 
 
 @pytest.mark.parametrize("suite", ["perturb", "lgip"])

@@ -17,6 +17,7 @@ sb = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sb)
 
 
+@pytest.mark.slow  # re-measures the binding benchmark
 def test_scenes_binding_agrees_with_scenes_eval_and_abe(tmp_path):
     from capscore.backbones import load_backbone
     from capscore.scenes import generate_scenes
@@ -95,6 +96,7 @@ def test_second_order_cosine_is_the_cosine_of_the_outer_product_pools():
     assert sb.second_order_cosine(swapped, image) == pytest.approx(0.5)
 
 
+@pytest.mark.slow  # re-measures the binding benchmark
 def test_binding_probe_reads_conjunctions_and_not_bags():
     """Part 4: a swap pair has one bag of shapes and colours and opposite labels, so features that keep
     only the bag are read at exactly chance, features that code each (shape, colour) conjunction are read,

@@ -76,9 +76,9 @@ def test_recipe_reproduces_the_replaced_trainer_and_itself_bit_for_bit(tmp_path,
     assert all(v.dtype == torch.float16 for v in bundled.values())
     assert torch.equal(bundled["text_projection"], state["text_projection"].half())
     bb = backbone_from_file(tmp_path / "a" / "scenes-tiny.safetensors", spec="x")
-    assert bb.embed_dim == 128 and bb.image_size == 64  # the file names its architecture: openclip:scenes-tiny
+    assert bb.embed_dim == 128 and bb.image_size == 64  # the file names its architecture: openclip:scenes-tiny-v1
     report = json.loads((tmp_path / "a" / "scenes-tiny.json").read_text())  # the report beside a bundled file
-    assert report["arch"] == "scenes-tiny" and report["evaluation"] is None  # --eval-scenes 0
+    assert report["arch"] == "scenes-tiny-v1" and report["evaluation"] is None  # --eval-scenes 0
     assert report["params"] == sum(v.numel() for v in state.values() if v.is_floating_point())
     assert report["history"] == []  # 4 steps: no complete block of 50
     from capscore.train.scenes_tiny import bundle_report
@@ -89,7 +89,7 @@ def test_recipe_reproduces_the_replaced_trainer_and_itself_bit_for_bit(tmp_path,
     assert [h["loss"] for h in two] == pytest.approx([(losses[0] + losses[1]) / 2, (losses[2] + losses[3]) / 2])
     card = json.loads((tmp_path / "a" / "card.json").read_text())
     assert card["recipe"] == "scenes-tiny" and card["train_config"]["lr"] == 1e-3
-    assert card["train_config"]["grad_clip"] == 1.0 and card["base_model"] == "openclip:scenes-tiny"
+    assert card["train_config"]["grad_clip"] == 1.0 and card["base_model"] == "openclip:scenes-tiny-v1"
 
 
 def test_stream_batches_are_a_pure_function_of_seed_and_index():
@@ -295,7 +295,7 @@ def test_recipe_option_errors(tmp_path, capsys):
 def test_missing_weights_is_a_one_line_error(tmp_path):
     from capscore.scenes.tiny import backbone_from_file
 
-    with pytest.raises(CapscoreError, match="scenes-tiny weights not found") as e:
+    with pytest.raises(CapscoreError, match="scenes-tiny-v1 weights not found") as e:  # a file naming no arch: v1's
         backbone_from_file(tmp_path / "nope.safetensors")
     assert "\n" not in str(e.value) and "capscore train scenes-tiny" in str(e.value)
     (tmp_path / "bad.safetensors").write_bytes(b"not a safetensors file")
@@ -449,7 +449,7 @@ def test_lock_text_steps_keeps_the_text_tower_at_its_init_then_trains_it(tmp_pat
                  "--ckpt-every", "1", "--eval-scenes", "0", "--set", "lock_text_steps=2",
                  "--set", "dense=filip", "--set", "dense_weight=0.5"]) == 0
     with pytest.warns(Warning):  # random init, as the recipe's start (seed 0)
-        init = load_backbone("openclip:scenes-tiny", seed=0).model.state_dict()
+        init = load_backbone("openclip:scenes-tiny-v1", seed=0).model.state_dict()
 
     def ckpt(step):
         d = load_file(str(tmp_path / "checkpoints" / f"step-{step:06d}" / "model.safetensors"))
@@ -511,6 +511,7 @@ def test_min_objects_crowds_the_scenes_after_the_single_object_phase():
             resolve_params(recipe, {"min_objects": bad})
 
 
+@pytest.mark.slow  # re-measures the shipped files' claims
 def test_a_v3_run_exports_the_two_bundled_files_and_its_claims_are_the_shipped_files(tmp_path):
     """OUT/scenes-tiny.safetensors names its architecture (v3: 96 px, conv stem), so the bundled loader
     rebuilds it with no hint; OUT/scenes-tiny.json's evaluation is measured on that fp16 file."""

@@ -148,7 +148,8 @@ def test_scenes_generate_videos_writes_lossless_mp4_and_graded_captions(tmp_path
     from capscore.scenes import generate_scenes
 
     out = tmp_path / "sv"
-    assert main(["-q", "scenes", "generate", "--videos", "--n", "2", "--frames", "5", "--out", str(out)]) == 0
+    assert main(["-q", "scenes", "generate", "--videos", "--n", "2", "--frames", "5", "--size", "64",
+                 "--out", str(out)]) == 0
     scenes = generate_scenes(2, seed=0, split="all")
     for s in scenes:
         clip = s.frames(5)

@@ -9,6 +9,9 @@
   line never lands in the middle of a bar. Messages written while a bar is
   open go through :func:`echo` / the warning hook, which print above the bar.
 * ``quiet`` (``-q``) turns bars and warnings off for the whole run.
+* capscore's warnings print as ``capscore: warning: message`` — in the CLI and in
+  Python alike, never with the source line that raised them; other libraries'
+  warnings keep their own format (the hook passes them to the one it replaced).
 """
 from __future__ import annotations
 
@@ -70,6 +73,23 @@ def _showwarning(message, category, filename, lineno, file=None, line=None) -> N
         echo(f"capscore: warning: {message}", file=file or sys.stderr)
     else:  # third-party warnings keep their usual format
         echo(warnings.formatwarning(message, category, filename, lineno, line).rstrip("\n"), file=file or sys.stderr)
+
+
+def _chained_showwarning(previous):
+    """For Python use: capscore's warnings print their message only; every other warning goes to ``previous``."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        if issubclass(category, CapscoreWarning):
+            echo(f"capscore: warning: {message}", file=file or sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    show.capscore = True
+    return show
+
+
+if not getattr(warnings.showwarning, "capscore", False):
+    warnings.showwarning = _chained_showwarning(warnings.showwarning)
 
 
 def echo(message: str, *, file=None) -> None:

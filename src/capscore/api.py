@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from capscore import validate
+from capscore._optional import require
 from capscore.errors import CapscoreError, InputError, param_error
 from capscore.pipeline import DEFAULT_MODEL
 from capscore.scores.metric import get_metric
@@ -253,8 +254,7 @@ def score(
                      "score": r["score"], "error": r["error"], **extra})
     if not as_frame:
         return [r["score"] for r in rows]
-    import pandas as pd
-
+    pd = require("pandas", purpose="a DataFrame result (as_frame=True)")
     return pd.DataFrame(rows)
 
 

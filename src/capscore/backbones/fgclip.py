@@ -54,6 +54,7 @@ from pathlib import Path
 
 import torch
 
+from capscore._optional import require
 from capscore.backbones.base import resolve_dtype
 from capscore.backbones.hf import HFBackbone, quiet_transformers
 from capscore.errors import CapscoreError
@@ -138,7 +139,7 @@ def load_fgclip(
     ``seed`` is unused (all weights come from the folder). No code from the folder is run.
     """
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
+    transformers = require("transformers", purpose="--model fgclip:DIR")
 
     folder = Path(rest).expanduser()
     if not folder.is_dir() or not (folder / "config.json").is_file():

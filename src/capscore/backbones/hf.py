@@ -47,6 +47,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from capscore._optional import require
 from capscore.backbones.base import Backbone, resolve_dtype
 from capscore.errors import CapscoreError
 
@@ -171,7 +172,7 @@ def _resolve(rest: str) -> tuple[str, bool]:
 @contextlib.contextmanager
 def quiet_transformers():
     """Silence transformers' info logs and per-tensor progress bars while loading or saving; restore after."""
-    import transformers
+    transformers = require("transformers", purpose="Hugging Face models")
 
     logger = logging.getLogger("transformers")
     level, bars = logger.level, transformers.utils.logging.is_progress_bar_enabled()
@@ -197,7 +198,7 @@ def load_hf(
 ) -> HFBackbone:
     """``hf:ID_OR_DIR`` -> :class:`HFBackbone` (``CLIPModel`` or ``SiglipModel``). ``seed`` is unused."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
+    transformers = require("transformers", purpose="--model hf:ID_OR_DIR")
     from huggingface_hub.utils import HfHubHTTPError
 
     name, local = _resolve(rest)

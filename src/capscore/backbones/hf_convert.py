@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from capscore._optional import require
 from capscore.backbones.openai_ckpt import save_openai_checkpoint
 from capscore.errors import CapscoreError
 
@@ -194,7 +195,7 @@ def save_open_clip_as_hf(backbone, folder: str | Path) -> Path:
     of the backbone's own preprocessing, OpenAI's by default). ``hf:FOLDER``
     then gives the same vectors as the source backbone. Returns the folder.
     """
-
+    require("transformers", purpose="writing a Hugging Face CLIPModel folder")
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
 
     model = backbone.model if hasattr(backbone, "model") else backbone

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 from PIL import Image
 
+from capscore._optional import require
 from capscore.backbones.base import Backbone, resolve_dtype
 from capscore.errors import CapscoreError, param_error
 
@@ -152,8 +153,7 @@ def load_multilingual(
 ) -> MultilingualBackbone:
     """``mclip:DIR`` -> :class:`MultilingualBackbone` (see the module docstring for the folder layout)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
-
+    transformers = require("transformers", purpose="--model mclip:DIR")
     from capscore.backbones.hf import quiet_transformers
     from safetensors.torch import load_file
 

@@ -7,11 +7,15 @@ Text is run through the tower with the positional embedding and causal mask
 sliced to the batch length, so a batch padded to its longest caption gives the
 same vectors as one padded to the full context (CLIP's causal mask means no
 real token ever attends to a pad; pooling reads the end-of-text position).
+
+``$CAPSCORE_MODEL_CONFIGS`` (folders or files of open_clip JSON configs, separated like ``PATH``) adds
+architectures by name; the tests register their random-init ``capscore-test-tiny`` this way.
 """
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +31,10 @@ from capscore.backbones.convstem import CONV_STEMS, add_conv_stem
 from capscore.backbones.readout import READOUTS, readout_of, second_order_pool, word_mask
 
 CONFIG_DIR = Path(__file__).parent / "configs"
-open_clip.add_model_config(CONFIG_DIR)  # capscore's own architectures (capscore-test-tiny, scenes-tiny)
+open_clip.add_model_config(CONFIG_DIR)  # capscore's own architectures (scenes-tiny-v1 ... v4)
+# more open_clip JSON configs, one folder or file per os.pathsep-separated entry (the tests' capscore-test-tiny)
+for _extra in filter(None, os.environ.get("CAPSCORE_MODEL_CONFIGS", "").split(os.pathsep)):
+    open_clip.add_model_config(Path(_extra).expanduser())
 
 
 class OpenClipBackbone(Backbone):

@@ -19,6 +19,7 @@ so loading one family never imports another's heavy dependencies.
 """
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,11 +58,21 @@ ADAPTERS: dict[str, Adapter] = {
     ]
 }
 
-# Bundled models: name -> "module:function" returning a Backbone.
+# Bundled models: name -> "module:function" returning a Backbone. The wheel ships at most two weights files.
 BUNDLED: dict[str, str] = {
     "scenes-tiny": "capscore.scenes.tiny:load_scenes_tiny",
-    "scenes-tiny-v1": "capscore.scenes.tiny:load_scenes_tiny",  # the first bundled model (scenes/tiny.py)
-    "scenes-tiny-v4": "capscore.scenes.tiny:load_scenes_tiny",  # v3's towers, a second-order global read-out
+    "scenes-tiny-v4": "capscore.scenes.tiny:load_scenes_tiny",
+}
+# What each bundled model is for, one line each (`capscore models`).
+PURPOSE: dict[str, str] = {
+    "scenes-tiny": "the offline model: an 8 M-parameter CLIP trained on synthetic scenes (96 px)",
+    "scenes-tiny-v4": "scenes-tiny + a second-order global read-out that binds attributes to objects",
+}
+# Models that were bundled once and are now rebuilt by their training recipe: name -> how to get them.
+REBUILT: dict[str, str] = {
+    "scenes-tiny-v1": ("is no longer shipped with capscore; rebuild it with its recipe (the scenes-tiny recipe's "
+                       "defaults, see the model card), then load the file it writes with "
+                       "--model openclip:scenes-tiny-v1/DIR/scenes-tiny.safetensors"),
 }
 
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors")
@@ -86,6 +97,8 @@ def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False
     arch, _, tag = rest.partition("/")
     known = open_clip.list_models()
     if arch not in known:
+        if not tag and spec == rest and difflib.get_close_matches(arch, list(BUNDLED), n=1, cutoff=0.8):
+            raise unknown_name("bundled model", arch, BUNDLED)  # a typo of a bundled name: suggest only those
         raise unknown_name("open_clip architecture", arch, known + list(BUNDLED))
     if tag:
         tags = open_clip.list_pretrained_tags_by_model(arch)
@@ -106,6 +119,8 @@ def parse_model_spec(spec: str) -> tuple[Adapter, str]:
         raise CapscoreError("empty --model; try 'scenes-tiny' or 'ViT-B-32/openai'")
     if spec in BUNDLED:
         return ADAPTERS["bundled"], spec
+    if spec in REBUILT:
+        raise CapscoreError(f"{spec} {REBUILT[spec]}")
     head, sep, rest = spec.partition(":")
     if sep and head in ADAPTERS and head != "bundled":
         return ADAPTERS[head], rest
@@ -157,7 +172,8 @@ def load_backbone(
 # The --model grammar as the user sees it: README's table and `capscore models` are both rendered from these
 # rows (tests/test_cli_grammar.py checks the README copy), so the grammar is written once.
 GRAMMAR: tuple[tuple[str, str, str], ...] = (
-    ("`NAME`", "a model shipped with capscore", "`scenes-tiny` (v3, 96 px), `scenes-tiny-v4` (v3 + second-order global), `scenes-tiny-v1` (64 px)"),
+    ("`NAME`", "a model shipped with capscore (`capscore models` says what each is for)",
+     "`scenes-tiny` (96 px), `scenes-tiny-v4` (scenes-tiny + second-order global)"),
     ("`ARCH/TAG`", "open_clip architecture + pretrained tag (or a local open_clip weights file)",
      "`ViT-B-32/openai`, `ViT-L-14/laion2b_s32b_b82k`"),
     ("`ARCH`", "open_clip architecture with **random** weights (`--seed`), warned", "`ViT-B-32`"),
@@ -183,11 +199,19 @@ def grammar_markdown() -> str:
     return "\n".join(lines)
 
 
-def describe_models() -> str:
-    """The grammar table for ``capscore models`` (the README's rows, without Markdown marks)."""
+def describe_models(width: int = 100) -> str:
+    """``capscore models``: the grammar (the README's rows, without Markdown marks), then each bundled
+    model with its one-line purpose; every line fits in ``width`` columns."""
+    import textwrap
+
     from capscore.report.tables import format_table
 
     plain = lambda text: text.replace("`", "").replace("**", "")  # noqa: E731
-    rows = [dict(zip(GRAMMAR_HEADER, map(plain, row))) for row in GRAMMAR]
-    rows.append({"spec": "(bundled)", "what loads": ", ".join(BUNDLED), "example": ""})
-    return format_table(rows)
+    wrap = lambda text, indent: textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent,  # noqa: E731
+                                              break_on_hyphens=False, break_long_words=False)
+    lines = []
+    for spec, what, example in GRAMMAR:
+        lines += [wrap(plain(spec), "  "), wrap(plain(what), "      "), wrap("e.g. " + plain(example), "      ")]
+    bundled = format_table([{"bundled model": name, "purpose": PURPOSE[name]} for name in BUNDLED])
+    rebuilt = [wrap(f"{name} {how}", "  ") for name, how in REBUILT.items()]
+    return "\n".join(lines + ["", bundled, ""] + rebuilt)

@@ -1,4 +1,4 @@
-"""``capscore models``: the --model grammar."""
+"""``capscore models``: the --model grammar, the bundled models and what each is for."""
 from __future__ import annotations
 
 
@@ -12,7 +12,14 @@ def run(args) -> int:
     print("--model grammar:")
     print(describe_models())
     if args.arch:
+        import textwrap
+
         import open_clip
 
-        print("\nopen_clip architectures:", ", ".join(open_clip.list_models()))
+        import capscore.backbones.openclip  # noqa: F401  (registers capscore's own architectures)
+
+        names = open_clip.list_models()
+        print(f"\nopen_clip architectures ({len(names)}; ARCH for random weights, ARCH/TAG with a pretrained tag):")
+        print(textwrap.fill("  ".join(names), 100, initial_indent="  ", subsequent_indent="  ",
+                            break_on_hyphens=False, break_long_words=False))
     return 0

@@ -14,7 +14,8 @@ def configure(p) -> None:
     g.add_argument("--n", type=positive_int, default=16, help="number of scenes (default 16)")
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--split", default="all", choices=("train", "heldout", "all"))
-    g.add_argument("--size", type=positive_int, default=64, help="image side in pixels (default 64)")
+    g.add_argument("--size", type=positive_int, default=None,
+                   help="image side in pixels (default: the input size of the bundled scenes-tiny, 96)")
     g.add_argument("--out", required=True, metavar="DIR")
     g.add_argument("--videos", action="store_true",
                    help="write moving-object clips as .mp4 files (videos/) with graded motion captions and their "
@@ -40,7 +41,17 @@ def configure(p) -> None:
         add_common(action)  # -q / --debug after the action too
 
 
+def default_size(model: str = "scenes-tiny") -> int:
+    """The input size of bundled ``model``, read from its files (the architecture its weights name, that
+    architecture's open_clip config), without building the model."""
+    from capscore.scenes.tiny import BUNDLED_FILES, WEIGHTS_DIR, weights_arch
+
+    config = WEIGHTS_DIR.parents[1] / "backbones" / "configs" / f"{weights_arch(BUNDLED_FILES[model])}.json"
+    return int(json.loads(config.read_text())["vision_cfg"]["image_size"])
+
+
 def _generate(args) -> int:
+    args.size = default_size() if args.size is None else args.size
     out = output_dir(args.out)
     video_opts = {"frames": args.frames, "fps": args.fps, "codec": args.codec}
     if not args.videos and any(v is not None for v in video_opts.values()):

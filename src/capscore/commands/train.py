@@ -17,7 +17,7 @@ def configure(p) -> None:
     p.add_argument("--stage", default=None, metavar="NAME", help="run only this stage of a --config file")
     add_model(p, single=True, default=None,
               help="backbone to start from (any --model spec; default scenes-tiny, for the scenes-tiny "
-                   "recipe openclip:scenes-tiny = random init from --seed)")
+                   "recipe openclip:scenes-tiny-v1 = random init from --seed)")
     p.add_argument("--data", default=None,
                    help="'scenes:N' (synthetic scenes, built in; default scenes:512) or a JSONL file (fields in "
                         "docs/train.md); the scenes-tiny recipe streams fresh scenes and takes no --data")

@@ -25,6 +25,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.data.parquet import _first_line, columns_for, items_from_batches
 from capscore.data.shards import SourceOptions, expect_files
 from capscore.errors import CapscoreError, InputError
@@ -32,10 +33,7 @@ from capscore.errors import CapscoreError, InputError
 
 def list_arrow_files(spec: str, *, split: str | None = None) -> list[str]:
     """The Arrow files of the dataset (of ``split``) saved in folder ``spec``."""
-    try:
-        import datasets
-    except ImportError:
-        raise CapscoreError('--hf-dataset needs the datasets library: pip install "capscore[hf]"') from None
+    datasets = require("datasets", purpose="--hf-dataset")
     if not Path(spec).is_dir():
         raise InputError(spec, "no such folder (expected a dataset saved with datasets' save_to_disk)")
     check_saved_folder(Path(spec))
@@ -119,7 +117,7 @@ def _check_state(folder: Path) -> None:
 
 
 def read_arrow_file(path: str, *, name: str, options: SourceOptions = SourceOptions()) -> Iterator:
-    import pyarrow as pa
+    pa = require("pyarrow", purpose="reading Arrow files")
 
     if not os.path.isfile(path):
         raise InputError(path, "not a regular file (expected an Arrow file)")

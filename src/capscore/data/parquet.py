@@ -32,6 +32,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.data.captions import BadItem
 from capscore.data.records import Record
 from capscore.data.shards import SourceOptions, expect_files
@@ -68,7 +69,7 @@ def columns_for(path: str, names: list[str], options: SourceOptions) -> dict[str
 
 
 def read_parquet_file(path: str, *, name: str, options: SourceOptions = SourceOptions()) -> Iterator:
-    import pyarrow.parquet as pq
+    pq = require("pyarrow.parquet", purpose="reading Parquet")
 
     if not os.path.isfile(path):  # a FIFO or a device would block or never end
         raise InputError(path, "not a regular file (expected a .parquet file)")

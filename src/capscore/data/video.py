@@ -61,6 +61,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageSequence, UnidentifiedImageError
 
+from capscore._optional import require
 from capscore.data.images import MAX_PIXELS, check_dimensions
 from capscore.errors import CapscoreError, InputError
 
@@ -330,11 +331,7 @@ def _animated_frames(path: Path, sampling: Sampling, where: str, start, end,
 
 # ------------------------------------------------------------------------------------ PyAV
 def _av():
-    try:
-        import av
-    except ImportError:  # pragma: no cover - av is a declared dependency
-        raise CapscoreError("reading video files needs PyAV: pip install av") from None
-    return av
+    return require("av", purpose="reading video files")
 
 
 def decode_video(path: str | os.PathLike, sampling: Sampling = DEFAULT_SAMPLING, *, where: str | None = None,

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from capscore._optional import require
 from capscore.data.captions import BadItem
 from capscore.data.records import Record
 from capscore.data.shards import SourceOptions, expect_files
@@ -50,7 +51,8 @@ MAX_SHARDS = 1_000_000
 
 def list_tar_shards(spec: str, *, max_shards: int = MAX_SHARDS) -> list[str]:
     """A path, a folder (its ``*.tar``, sorted) or a brace pattern -> shard paths."""
-    from braceexpand import UnbalancedBracesError, braceexpand
+    _brace = require("braceexpand", purpose="WebDataset shards")
+    UnbalancedBracesError, braceexpand = _brace.UnbalancedBracesError, _brace.braceexpand
 
     if os.path.isdir(spec):
         found = sorted(str(p) for p in Path(spec).iterdir() if p.name.endswith(".tar"))

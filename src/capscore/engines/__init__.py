@@ -5,16 +5,10 @@ turns its absence into a one-line install hint.
 """
 from __future__ import annotations
 
-from capscore.errors import CapscoreError
-
-RAY_HINT = '--engine ray needs Ray Data, which is not installed; install it with: pip install "capscore[ray]"'
+from capscore._optional import require
 
 
 def require_ray():
     """Import and return ``ray`` (with ``ray.data``); CapscoreError with the install hint if absent."""
-    try:
-        import ray
-        import ray.data  # noqa: F401
-    except ImportError:
-        raise CapscoreError(RAY_HINT) from None
-    return ray
+    require("ray.data", purpose="--engine ray")
+    return require("ray", purpose="--engine ray")

@@ -19,10 +19,12 @@ prefix. With ``prefix=""`` and every cosine positive,
 from __future__ import annotations
 
 import torch
-from torchmetrics import Metric
 
+from capscore._optional import require
 from capscore.errors import CapscoreError
 from capscore.pipeline import DEFAULT_MODEL
+
+Metric = require("torchmetrics", purpose="capscore.integrations.torchmetrics").Metric
 
 
 class CaptionScore(Metric):

@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from capscore._optional import require
 from capscore.data.records import Record
 from capscore.data.images import ImageRef
 from capscore.data.jsonl import csv_problem, iter_csv_rows, iter_jsonl, json_problem
@@ -593,8 +594,7 @@ def _table_files(path: Path, split: str | None) -> list[Path]:
 
 
 def _read_table(p: Path):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    pa, pq = require("pyarrow", purpose="reading Parquet"), require("pyarrow.parquet", purpose="reading Parquet")
 
     try:
         if p.suffix == ".arrow":

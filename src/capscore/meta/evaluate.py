@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from capscore._optional import require
 from capscore.data.records import Record
 from capscore.embed.engine import Encoder
 from capscore.errors import CapscoreError, InputError
@@ -309,8 +310,7 @@ def read_scores(path, *, column: str = "score", id_column: str = "id",
     if not path.exists():
         raise InputError(str(path), "scores file not found")
     if path.suffix.lower() == ".parquet":
-        import pyarrow.parquet as pq
-
+        pq = require("pyarrow.parquet", purpose="reading Parquet")
         try:
             rows = ((f"{path}: row {i}", r) for i, r in enumerate(pq.read_table(str(path)).to_pylist()))
         except Exception as e:  # pyarrow raises several types for a non-parquet file

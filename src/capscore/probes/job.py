@@ -185,7 +185,9 @@ def write_rows(path: Path, res) -> None:
     meta = {"suite": res.suite, "model": res.model, "scorer": res.scorer, "seed": res.seed}
     rows = [{**meta, **r} for r in res.rows]
     if path.suffix == ".parquet":
-        import pandas as pd
+        from capscore._optional import require
+
+        pd = require("pandas", purpose="a .parquet output")
 
         pd.DataFrame([{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()}
                       for r in rows]).to_parquet(path, index=False)

@@ -26,7 +26,9 @@ def draw_heatmap(image, heat, *, caption: str, out: Path, color_range: tuple[flo
     """
     import json
 
-    import matplotlib
+    from capscore._optional import require
+
+    matplotlib = require("matplotlib", purpose="capscore explain")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

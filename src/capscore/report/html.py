@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.errors import CapscoreError, param_error
 from capscore.report.rows import DEFAULT_LIMITS, Limits
 from capscore.report.runs import CorrelateRun, ProbeRun, Runs, discover, finite
@@ -69,11 +70,7 @@ def _label(s: object, limit: int = 40) -> str:
 
 
 def figure(width: float, height: float):
-    try:  # lazy: only `capscore report` (and explain) need matplotlib
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise CapscoreError("capscore report draws its plots with matplotlib; "
-                            "pip install 'capscore[report]' (or matplotlib)") from None
+    Figure = require("matplotlib.figure", purpose="capscore report").Figure  # lazy: only report and explain plot
 
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.errors import InputError
 from capscore.report.rows import (
     DEFAULT_LIMITS,
@@ -446,7 +447,7 @@ _LIST_FIELDS = ("prefix_scores", "wrong_scores", "units", "wrong", "paraphrases"
 
 def _read_probe_rows(path: Path, reader: _Reader) -> list[dict]:
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+        pq = require("pyarrow.parquet", purpose="reading Parquet")
 
         check_regular(path)
         try:

@@ -35,6 +35,7 @@ import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from capscore._optional import require
 from capscore.errors import CapscoreError, InputError
 
 #: ``model`` and ``metric`` record in every row what produced its score, so ``--resume`` can refuse to
@@ -53,6 +54,8 @@ def output_format(path: str | os.PathLike) -> str:
     if suffix not in FORMATS:
         raise InputError(str(path), f"unsupported --out format {suffix or '(no suffix)'!r}",
                          expected="a .jsonl, .csv, .parquet or .json (COCO results) file")
+    if FORMATS[suffix] == "parquet":  # fail before scoring, not when the finished run is converted
+        require("pyarrow.parquet", purpose=f"{Path(path).name} (a .parquet file)")
     return FORMATS[suffix]
 
 
@@ -137,8 +140,7 @@ def read_rows(path: str | os.PathLike, columns: tuple[str, ...] = COLUMNS) -> It
                 yield {c: (obj.get("id", obj.get("image_id")) if c == "id" else obj.get(c)) for c in columns}
         return
     if fmt == "parquet":
-        import pyarrow.parquet as pq
-
+        pq = require("pyarrow.parquet", purpose="reading Parquet")
         for batch in pq.ParquetFile(path).iter_batches(batch_size=8192):
             for row in batch.to_pylist():
                 yield {c: row.get(c) for c in columns}
@@ -295,9 +297,7 @@ def _journal_to_coco(journal: Path, out: Path, columns: tuple[str, ...] = COLUMN
 
 
 def _journal_to_parquet(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS, batch: int = 65536) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    pa, pq = require("pyarrow", purpose="a .parquet output"), require("pyarrow.parquet", purpose="a .parquet output")
     schema = pa.schema([(c, pa.string() if c in TEXT_COLUMNS else pa.float64()) for c in columns])
     tmp = out.with_name(out.name + ".tmp")
     with pq.ParquetWriter(tmp, schema) as w:

@@ -14,9 +14,10 @@ architecture ``scenes-tiny``), and the JSON beside it is its training report and
   it is the model that meets issue 11's flip and retrieval targets (MODEL_CARD.md). ``scenes-tiny`` stays
   the default: a CLIP-like test bed whose global embedding does not bind, the premise of ABE-CLIP and
   of the LGIP probes, and the model every replication in docs/replications.md measured;
-* ``scenes-tiny-v1``: the first bundled model (64 px ViT, ``backbones/configs/scenes-tiny.json``). Kept
-  because measured numbers in the docs were made with it (docs/replications.md: PR-MCS and SPECS start
-  from it; the README's v1 columns and video throughput); new work should use ``scenes-tiny``.
+
+``scenes-tiny-v1``, the first model (64 px ViT, architecture ``scenes-tiny-v1``), is no longer shipped: its
+recipe rebuilds it (the registry's ``REBUILT`` says how); a rebuilt file loads with
+``--model openclip:scenes-tiny-v1/PATH``.
 """
 from __future__ import annotations
 
@@ -26,11 +27,10 @@ import torch
 
 from capscore.errors import CapscoreError
 
-ARCH = "scenes-tiny"  # the architecture of a weights file that does not name one (v1)
+ARCH = "scenes-tiny-v1"  # the architecture of a weights file that does not name one (v1's)
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 BUNDLED_FILES = {"scenes-tiny": WEIGHTS_DIR / "scenes-tiny.safetensors",
-                 "scenes-tiny-v4": WEIGHTS_DIR / "scenes-tiny-v4.safetensors",
-                 "scenes-tiny-v1": WEIGHTS_DIR / "scenes-tiny-v1.safetensors"}
+                 "scenes-tiny-v4": WEIGHTS_DIR / "scenes-tiny-v4.safetensors"}
 
 
 def weights_arch(path: str | Path) -> str:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from capscore._optional import require
 from capscore.errors import CapscoreError
 
 CAPTION_KINDS = ("correct", "partial", "direction", "object", "static")
@@ -38,8 +39,9 @@ CODECS = {
 def write_video(frames: Sequence[Image.Image], path: str | os.PathLike, *, fps: float = 4,
                 codec: str = "lossless") -> Path:
     """Write RGB frames as a video file with PyAV; returns the path."""
-    import av
     from fractions import Fraction
+
+    av = require("av", purpose="writing video files")
 
     path = Path(path)
     if codec not in CODECS:

@@ -72,7 +72,7 @@ DENSE_TERMS = ("none", "filip")
 # The v1 bundled model's optimisation (its MODEL_CARD): used where the user passes no option.
 OPTIM = dict(lr=1e-3, batch_size=128, weight_decay=0.1)  # AdamW betas/eps: the loop's (0.9, 0.98), 1e-6
 TRAIN_DEFAULTS = dict(steps=600, warmup=50, min_lr_ratio=0.1, grad_clip=1.0, no_decay=("embedding",))
-START_MODEL = "openclip:scenes-tiny"  # random init from the seed
+START_MODEL = "openclip:scenes-tiny-v1"  # random init from the seed
 
 
 def _kinds_ok(kinds: tuple[str, ...]) -> bool:
