@@ -132,8 +132,10 @@ def score_pair_records(
         raise InputError.from_message(errors[min(errors)])
     good = [i for i in range(len(records)) if i not in errors]
     img_err: dict[int, str] | None = {} if skip_bad else None
-    # checks (and caches) every image, so one bad file becomes one error row
-    encoder.encode_images([records[i].image for i in good], errors=img_err)
+    # checks (and caches) every image, so one bad file becomes one error row; a scorer that needs patch
+    # tokens (ABE-CLIP) gets them from this same forward
+    encoder.encode_images([records[i].image for i in good], errors=img_err,
+                          patches=getattr(scorer, "needs_patches", False))
     for j, msg in (img_err or {}).items():
         errors[good[j]] = msg
     good = [i for i in good if i not in errors]
