@@ -81,9 +81,15 @@ CONFIG_DIR = Path(__file__).parent / "configs"  # capscore's own open_clip archi
 def known_architectures() -> list[str] | None:
     """open_clip's architecture names (its ``model_configs/*.json`` and capscore's), read from the
     files without importing open_clip (which imports torch and transformers); None if it is not installed.
-    ``open_clip.list_models()`` returns the same names."""
+    ``open_clip.list_models()`` returns the same names; once open_clip is imported, that list is used
+    (it also holds configs added with ``open_clip.add_model_config`` at run time)."""
     import importlib.util
+    import sys
 
+    if "open_clip" in sys.modules:  # already paid for: its list also has configs added at run time
+        import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs)
+
+        return sorted(sys.modules["open_clip"].list_models())
     try:
         found = importlib.util.find_spec("open_clip")
     except (ImportError, ValueError):
