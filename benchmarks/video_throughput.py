@@ -115,7 +115,7 @@ def main() -> None:
         ocpu = time.process_time() - c0
         same = max(abs(a["score"] - b["score"]) for a, b in zip(ref_rows, orows))
         print(f"warm, {args.warm_metric:9s}: {owall:7.3f}s wall {ocpu:7.3f}s cpu  ({other.stats.videos_cached} clips "
-              f"from the cache, {other.stats.frames_encoded} frames and {other.stats.texts_encoded} texts encoded; "
+              f"from the cache, {other.stats.frames_encoded} frames encoded; "
               f"max |delta score| vs {args.warm_metric} cold {same:.1e})")
         print(f"ratio cold {args.metric} (persistent cache) / warm {args.warm_metric}: {pcold / owall:.1f}x wall, "
               f"{pcold_cpu / ocpu:.1f}x cpu faster (target >= 20x); load average {os.getloadavg()[0]:.2f}")
