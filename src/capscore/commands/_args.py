@@ -1,7 +1,6 @@
 """Arguments shared by every command, written once.
 
-* ``--model A B …`` / ``--metric A B …``: one grammar everywhere. A model spec's grammar and
-  open_clip architecture name are checked while parsing (no torch import), so a typo costs no start-up. Values may be
+* ``--model A B …`` / ``--metric A B …``: one grammar everywhere. Values may be
   given after one flag or by repeating the flag (``--model A --model B`` is
   ``--model A B``); the same value twice is an error, never silently merged.
   Commands that take exactly one model say so with ``single=True`` and reject
@@ -117,12 +116,11 @@ class _ListOption(argparse.Action):
     ``single``, is an error. The default is replaced (not extended) by the first value given."""
 
     def __init__(self, option_strings, dest, *, single: bool = False, known: Sequence[str] | None = None,
-                 kind: str = "value", check=None, **kw):
+                 kind: str = "value", **kw):
         super().__init__(option_strings, dest, nargs="+", **kw)
         self.single = single
         self.known = tuple(known) if known is not None else None
         self.kind = kind
-        self.check = check  # value -> None, or raises CapscoreError (a one-line usage error)
 
     def __call__(self, parser, namespace, values, option_string=None):
         from capscore.errors import unknown_name
@@ -133,11 +131,6 @@ class _ListOption(argparse.Action):
         for v in values:
             if self.known is not None and v not in self.known:
                 parser.error(str(unknown_name(self.kind, v, self.known)))
-            if self.check is not None:
-                try:
-                    self.check(v)
-                except CapscoreError as e:
-                    parser.error(f"{option_string} {v}: {e}")
             if v in current:
                 parser.error(f"{option_string} {v} is given twice")
             current.append(v)
@@ -156,9 +149,7 @@ def add_model(p, *, default: str | None = DEFAULT_MODEL, single: bool = False, r
                     + ("" if single else "; several: --model A B (or repeat the flag)"))
     if default is not None:
         text += f"; default {default}"
-    from capscore.backbones.registry import check_model_spec  # no torch: a typo is reported at once
-
-    p.add_argument("--model", action=_ListOption, single=single, kind="model", metavar="SPEC", check=check_model_spec,
+    p.add_argument("--model", action=_ListOption, single=single, kind="model", metavar="SPEC",
                    required=required, default=(default if single else ([default] if default else [])),
                    help=text)
 
