@@ -92,10 +92,13 @@ Choices the paper leaves open (and what capscore does)
 * **Patches.** open_clip ViT patch tokens after ``ln_post`` and the projection,
   class token excluded; K is capped at the number of patches.
 
-Every phrase encoding is requested once per call for all captions together and
-kept in the engine's feature cache; every image's patch tokens are encoded once
-(``Encoder.image_patches``); the concept pool's vectors come from
-``Encoder.encode_texts`` (the persistent cache).
+Every phrase encoding is requested once per call for all captions together, in
+token-budget batches, and kept in the engine's feature cache (persistent and
+byte-bounded with an on-disk cache); every image is encoded once, one forward
+giving its global vector (persistent cache) and its patch tokens
+(``Encoder.image_patches``, or ``encode_images(..., patches=True)`` when the caller
+checks the images first); the concept pool's vectors are one cached matrix
+(:func:`capscore.scores.concepts.pool_vectors`); spaCy parses are cached by text.
 """
 from __future__ import annotations
 
