@@ -89,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(quiet=args.quiet, debug=args.debug)
     try:
+        _check_models(args)
         return int(mods[args.command].run(args) or 0)
     except CapscoreError as e:
         close_bars()
@@ -119,6 +120,19 @@ def main(argv: list[str] | None = None) -> int:
         close_bars()
         _traceback(args)
         return _bug(e)
+
+
+def _check_models(args) -> None:
+    """``--model`` grammar and open_clip architecture names, checked before the command imports torch
+    (a typo is reported in a fraction of a second, not after loading inputs and libraries)."""
+    models = getattr(args, "model", None)
+    if not models:
+        return
+    from capscore.backbones.registry import check_model_spec
+
+    for spec in [models] if isinstance(models, str) else models:
+        if isinstance(spec, str):
+            check_model_spec(spec)
 
 
 def _traceback(args) -> None:

@@ -9,11 +9,18 @@ spaCy's official ``en_core_web_sm`` when it is installed, then
 (``python -m spacy download en_core_web_sm``). Install the official model to
 use it; results can differ slightly between model versions, so the model name
 and version are worth reporting.
+
+:func:`parse_cached` runs the pipeline only on texts it has not seen in this
+process and keeps what a caller extracts from each parse (a bounded LRU keyed
+by model, disabled components, extractor and text), so a caption scored again
+(another metric, another chunk, a K sweep) is parsed once.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 from capscore._optional import require
@@ -46,3 +53,31 @@ def _load(name: str, disable: tuple[str, ...]):
 def load_spacy(name: str | None = None, *, disable: tuple[str, ...] = ("ner",)):
     """The spaCy pipeline (cached per model name and disabled components)."""
     return _load(spacy_model_name(name), tuple(disable))
+
+
+PARSE_CACHE_SIZE = 200_000
+_parses: OrderedDict[tuple, object] = OrderedDict()
+
+
+def parse_cached(texts: Sequence[str], extract: Callable, *, key: str, name: str | None = None,
+                 disable: tuple[str, ...] = ("ner",)) -> list:
+    """``extract(doc)`` for each text's spaCy parse, parsing only texts not seen before.
+
+    ``key`` names the extractor and its options (two extractors never share entries);
+    results are cached per (resolved model name, ``disable``, ``key``, text). ``extract``
+    must return a value that does not refer to the ``Doc`` (the Doc is not kept).
+    """
+    model = spacy_model_name(name)
+    keys = [(model, tuple(disable), key, t) for t in texts]
+    todo = list(dict.fromkeys(k[3] for k in keys if k not in _parses))
+    if todo:
+        nlp = load_spacy(model, disable=disable)
+        for text, doc in zip(todo, nlp.pipe(todo)):
+            _parses[(model, tuple(disable), key, text)] = extract(doc)
+    out = []
+    for k in keys:
+        _parses.move_to_end(k)
+        out.append(_parses[k])
+    while len(_parses) > PARSE_CACHE_SIZE:
+        _parses.popitem(last=False)
+    return out

@@ -190,7 +190,8 @@ def score_records(records: Sequence, encoder, metric: "str | Metric", *, medium:
     else:
         img_err: dict[int, str] | None = {} if skip_bad else None
         # checks (and caches) every image, so one bad file becomes one error row
-        vectors = encoder.encode_images([records[i].image for i in good], errors=img_err)
+        vectors = encoder.encode_images([records[i].image for i in good], errors=img_err,
+                                        patches="patches" in metric.needs(medium))  # one forward serves both
         for j, msg in (img_err or {}).items():
             errors[good[j]] = msg
         keep = [j for j in range(len(good)) if good[j] not in errors]

@@ -129,6 +129,8 @@ class Backbone(ABC):
     RGB_ORDERS = ("first", "after-crop")
     supports_rgb_after_crop: bool = False
     _identity: str | None = None
+    # (key of capscore.backbones.hashcache) set by load_backbone when the weights came from known files
+    _weights_source: str | None = None
 
     _token_dim: int | None = None
 
@@ -147,7 +149,7 @@ class Backbone(ABC):
         """``family:spec|weights-hash|ctx|preprocess``: the cache key of every vector."""
         if self._identity is None:
             self._identity = (
-                f"{self.family}:{self.spec}|w={weights_hash(self.model)}|ctx={self.context_length}"
+                f"{self.family}:{self.spec}|w={self._weights_hash()}|ctx={self.context_length}"
                 f"|pre={hashlib.sha1(self.preprocess_id.encode()).hexdigest()[:10]}"
             ) + ("" if self.rgb_order == "first" else f"|rgb={self.rgb_order}")
         return self._identity
@@ -176,9 +178,27 @@ class Backbone(ABC):
             size = size[0]
         return int(size) if size else None
 
+    def _weights_hash(self) -> str:
+        """:func:`weights_hash`, remembered per weights file when the loader recorded one."""
+        if self._weights_source is None:
+            return weights_hash(self.model)
+        from capscore.backbones.hashcache import cached_hash
+
+        return cached_hash(self._weights_source, lambda: weights_hash(self.model))
+
+    def remember_weights_files(self, files, recipe: str) -> None:
+        """Weights were loaded from ``files`` (as ``recipe`` says): their hash may come from the hash cache
+        (:mod:`capscore.backbones.hashcache`), keyed by each file's path, size and mtime."""
+        from capscore.backbones.hashcache import file_fingerprint, source_key
+
+        fp = file_fingerprint(files)
+        self._weights_source = None if fp is None else source_key(fp, f"{type(self).__name__}|{recipe}")
+        self._identity = None
+
     def invalidate_identity(self) -> None:
         """Call after changing weights in place (training)."""
         self._identity = None
+        self._weights_source = None  # the weights may no longer be the file's
 
     # --- inputs ---------------------------------------------------------------------
     @abstractmethod

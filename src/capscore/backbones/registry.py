@@ -23,9 +23,12 @@ import difflib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from capscore.backbones.base import Backbone
 from capscore.errors import CapscoreError, unknown_name
+
+if TYPE_CHECKING:  # the registry itself imports no torch: argument checks stay cheap
+    from capscore.backbones.base import Backbone
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,48 @@ def _load_bundled(name: str, **opts) -> Backbone:
     return getattr(importlib.import_module(module), func)(**{**opts, "spec": name})  # opts may hold spec already
 
 
+CONFIG_DIR = Path(__file__).parent / "configs"  # capscore's own open_clip architectures (see openclip.py)
+
+
+def known_architectures() -> list[str] | None:
+    """open_clip's architecture names (its ``model_configs/*.json`` and capscore's), read from the
+    files without importing open_clip (which imports torch and transformers); None if it is not installed.
+    ``open_clip.list_models()`` returns the same names; once open_clip is imported, that list is used
+    (it also holds configs added with ``open_clip.add_model_config`` at run time)."""
+    import importlib.util
+    import sys
+
+    if "open_clip" in sys.modules:  # already paid for: its list also has configs added at run time
+        import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs)
+
+        return sorted(sys.modules["open_clip"].list_models())
+    try:
+        found = importlib.util.find_spec("open_clip")
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.submodule_search_locations:
+        return None
+    dirs = [Path(loc) / "model_configs" for loc in found.submodule_search_locations] + [CONFIG_DIR]
+    return sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.json")})
+
+
+def _check_architecture(arch: str, known: list[str] | None) -> None:
+    if known is not None and arch not in known:
+        raise unknown_name("open_clip architecture", arch, known + list(BUNDLED))
+
+
+def check_model_spec(spec: str) -> None:
+    """The checks of :func:`load_backbone` that need no model: grammar and open_clip architecture name.
+
+    Cheap (no torch, no open_clip import), so commands run it while parsing their arguments."""
+    adapter, rest = parse_model_spec(spec)
+    if adapter.prefix == "openclip" and not rest.startswith(("hf-hub:", "local-dir:")):
+        _check_architecture(rest.partition("/")[0], known_architectures())
+
+
 def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False, **opts) -> Backbone:
+    if not rest.startswith(("hf-hub:", "local-dir:")):
+        _check_architecture(rest.partition("/")[0], known_architectures())  # before importing open_clip
     import open_clip
 
     from capscore.backbones.openclip import load_open_clip  # also registers capscore's configs
@@ -132,11 +176,10 @@ def parse_model_spec(spec: str) -> tuple[Adapter, str]:
 
 
 def _is_openclip_arch(name: str) -> bool:
-    import open_clip
-
-    import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs)
-
-    return name in open_clip.list_models()
+    known = known_architectures()
+    if known is not None:
+        return name in known
+    return False  # open_clip is not installed: no architecture names at all
 
 
 def load_backbone(
@@ -166,7 +209,37 @@ def load_backbone(
     bb = adapter.load(rest, **opts)
     if rgb_order != "first":
         bb.set_rgb_order(rgb_order)
+    files = weights_files(adapter, rest)
+    if files:
+        bb.remember_weights_files(files, _recipe(bb, spec, dtype, context_length, seed))
     return bb
+
+
+def weights_files(adapter: Adapter, rest: str) -> list[Path]:
+    """The files a spec's weights are read from, where that is known without loading: the bundled
+    models, ``ckpt:PATH`` and ``ARCH/PATH``. Empty for pretrained tags, hub ids and random init (their
+    hash is computed from the parameters each run)."""
+    if adapter.prefix == "bundled":
+        from capscore.scenes.tiny import BUNDLED_FILES
+
+        return [BUNDLED_FILES[rest]] if rest in BUNDLED_FILES else []
+    if adapter.prefix == "ckpt":
+        return [Path(rest.rpartition("#")[0] if "#" in rest else rest).expanduser()]
+    if adapter.prefix == "openclip" and not rest.startswith(("hf-hub:", "local-dir:")):
+        tag = rest.partition("/")[2]
+        return [Path(tag).expanduser()] if tag and Path(tag).expanduser().is_file() else []
+    return []
+
+
+def _recipe(bb, spec: str, dtype: str, context_length: int | None, seed: int) -> str:
+    """Everything besides the files that decides the loaded parameters (see capscore.backbones.hashcache)."""
+    import sys
+
+    from capscore import __version__
+
+    versions = [__version__] + [getattr(sys.modules.get(m), "__version__", "-") for m in ("torch", "open_clip")]
+    return (f"{spec}|{dtype}|{bb.dtype}|ctx={context_length}/{bb.context_length}|seed={seed}"
+            f"|readout={getattr(bb, 'readout', '-')}|{'/'.join(map(str, versions))}")
 
 
 # The --model grammar as the user sees it: README's table and `capscore models` are both rendered from these

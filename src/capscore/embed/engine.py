@@ -7,14 +7,21 @@ Every metric, probe and trainer evaluation goes through :class:`Encoder`:
 * texts are sorted by token length and each batch is padded to its longest
   caption, not to the context length (exact for causal CLIP towers; backbones
   that are not set ``pad_to_longest_exact = False`` and get full padding);
+  per-token features are batched by a token budget (rows x padded length,
+  ``text_token_budget``) rather than a fixed count, so many short phrases
+  (ABE-CLIP's) share one forward;
 * captions longer than the context are truncated *keeping* the end-of-text
   token, with one warning that counts them;
 * images are read and decoded in worker threads;
 * all work runs under ``torch.inference_mode`` on the backbone's device/dtype,
   and vectors come back L2-normalised, float32, on the CPU;
 * global vectors go to a persistent cache keyed by (backbone identity, kind,
-  content), committed batch by batch; patch and token features, which are
-  large, are kept in a bounded in-memory cache only.
+  content), committed batch by batch; per-token text features go to the same
+  file's byte-bounded feature table (least recently used evicted first) and a
+  bounded in-memory cache; patch tokens, the largest, to the in-memory cache only;
+* one image forward serves both the global vector and the patch tokens
+  (``encode_images(..., patches=True)``, ``image_patches``): the global vector
+  of a patch forward goes to the persistent cache like any other.
 """
 from __future__ import annotations
 
@@ -99,9 +106,12 @@ class Encoder:
         cache: EmbeddingCache | MemoryCache | str | os.PathLike | None = None,
         workers: int = 2,
         progress: bool = False,
+        text_token_budget: int | None = None,
     ):
         self.backbone = backbone
         self.batch_size = batch_size
+        # per-token features: rows x padded length per forward; default = batch_size full-context captions
+        self.text_token_budget = text_token_budget or batch_size * backbone.context_length
         self.image_batch_size = image_batch_size or batch_size
         if cache is None:
             cache = MemoryCache()
@@ -138,12 +148,25 @@ class Encoder:
                 )
         return out
 
-    def _batches(self, ids: list[list[int]], size: int):
-        """Yield (positions, padded ids (B, L), lengths (B,)) sorted by length to minimise padding."""
+    def _batches(self, ids: list[list[int]], size: int, *, budget: int | None = None):
+        """Yield (positions, padded ids (B, L), lengths (B,)) sorted by length to minimise padding.
+
+        ``size`` rows per batch; with ``budget``, instead as many rows as keep rows x padded length
+        within it (at least one row), so short texts share a batch."""
         bb = self.backbone
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        for s in range(0, len(order), size):
-            pos = order[s : s + size]
+        width = (lambda n: len(ids[order[n]])) if bb.pad_to_longest_exact else (lambda n: bb.context_length)
+        groups, s = [], 0
+        while s < len(order):
+            if budget is None:
+                e = min(s + size, len(order))
+            else:  # ascending lengths: the batch's last row is its longest
+                e = s + 1
+                while e < len(order) and (e + 1 - s) * width(e) <= budget:
+                    e += 1
+            groups.append(order[s:e])
+            s = e
+        for pos in groups:
             rows = [ids[i] for i in pos]
             L = max(len(r) for r in rows) if bb.pad_to_longest_exact else bb.context_length
             x = torch.full((len(rows), L), bb.pad_id, dtype=torch.long)
@@ -184,29 +207,56 @@ class Encoder:
         return torch.from_numpy(np.stack([index[t] for t in texts]).astype(np.float32, copy=False))
 
     def text_tokens(self, texts: Sequence[str]) -> list[TokenFeatures]:
-        """Per-token features in the joint space (start and end tokens included), normalised."""
+        """Per-token features in the joint space (start and end tokens included), normalised.
+
+        Kept in memory and, with a persistent cache, in its bounded feature table under
+        (backbone identity, "text-tokens", text), so a later run re-encodes nothing."""
         bb = self.backbone
         if not bb.has_token_features:
             raise CapscoreError(f"backbone {bb.spec} does not expose per-token text features")
         uniq = list(dict.fromkeys(texts))
         keys = [cache_key(bb.identity, "text-tokens", t) for t in uniq]
         found = self._features.get_many(keys)
+        if isinstance(self.cache, EmbeddingCache) and len(found) < len(keys):
+            stored = self.cache.get_features([k for k in keys if k not in found])
+            for k, blob in stored.items():
+                found[k] = self._unpack_tokens(blob)
+            self._features.put_many((k, found[k]) for k in stored)
         missing = [i for i, k in enumerate(keys) if k not in found]
         if missing:
             ids = self._prepare_ids([uniq[i] for i in missing])
             with torch.inference_mode():
-                for pos, x, lengths in self._batches(ids, self.batch_size):
+                for pos, x, lengths in self._batches(ids, self.batch_size, budget=self.text_token_budget):
                     g, tok = bb.forward_texts(x.to(bb.device), lengths, tokens=True)
                     g = F.normalize(g.float(), dim=-1).cpu()
                     tok = F.normalize(tok.float(), dim=-1).cpu()
+                    new = []
                     for j, p in enumerate(pos):
                         n = int(lengths[j])
                         row = tuple(ids[p])
                         feat = TokenFeatures(row, tuple(bb.token_strings(row)), tok[j, :n].clone(), g[j].clone())
                         found[keys[missing[p]]] = feat
-                    self._features.put_many((keys[missing[p]], found[keys[missing[p]]]) for p in pos)
+                        new.append((keys[missing[p]], feat))
+                    self._features.put_many(new)
+                    if isinstance(self.cache, EmbeddingCache):
+                        self.cache.put_features((k, self._pack_tokens(f)) for k, f in new)
         index = dict(zip(uniq, (found[k] for k in keys)))
         return [index[t] for t in texts]
+
+    @staticmethod
+    def _pack_tokens(f: TokenFeatures) -> np.ndarray:
+        """TokenFeatures -> one float32 row: [L, Dg, Dt, ids (L), global (Dg), vectors (L*Dt)]
+        (token ids < 2^24 are exact in float32)."""
+        L, dt = f.vectors.shape
+        head = np.array([L, f.global_.numel(), dt, *f.ids], dtype=np.float32)
+        return np.concatenate([head, f.global_.numpy().ravel(), f.vectors.numpy().ravel()])
+
+    def _unpack_tokens(self, blob: np.ndarray) -> TokenFeatures:
+        L, dg, dt = (int(x) for x in blob[:3])
+        ids = tuple(int(x) for x in blob[3 : 3 + L])
+        g = torch.from_numpy(blob[3 + L : 3 + L + dg].copy())
+        v = torch.from_numpy(blob[3 + L + dg :].reshape(L, dt).copy())
+        return TokenFeatures(ids, tuple(self.backbone.token_strings(ids)), v, g)
 
     # ---------------------------------------------------------------- images
     def _map(self, fn, items: list[tuple[int, object]], errors: dict[int, str] | None):
@@ -228,12 +278,6 @@ class Encoder:
         with ThreadPoolExecutor(self.workers) as pool:
             return list(pool.map(call, items))
 
-    def _read_all(self, items: list[tuple[int, ImageRef]], errors: dict[int, str] | None):
-        """Read and decode images in worker threads -> (content key, PIL) or None."""
-        if self.backbone.rgb_order == "first":
-            return self._map(lambda i, ref: ref.load(), items, errors)
-        return self._map(lambda i, ref: ref.load(convert_rgb=False), items, errors)  # see _decode
-
     def _decode(self, ref: ImageRef, payload):
         """RGB on decode, unless the backbone converts after resize + crop (``rgb_order="after-crop"``:
         the clipscore/pacscore order, which then sees the file's own mode)."""
@@ -241,21 +285,42 @@ class Encoder:
             return ref.decode(payload)
         return ref.decode(payload, convert_rgb=False)
 
-    def encode_images(self, images: Sequence, *, errors: dict[int, str] | None = None) -> torch.Tensor:
+    def encode_images(self, images: Sequence, *, errors: dict[int, str] | None = None,
+                      patches: bool = False) -> torch.Tensor:
         """Images (paths, PIL images or ImageRefs) -> (N, D) normalised float32 vectors.
 
         A missing, unreadable or truncated file raises :class:`InputError` naming
         it; if ``errors`` is a dict, the failure is recorded there (index ->
-        message) instead and that row is NaN.
+        message) instead and that row is NaN. With ``patches=True`` the images
+        whose patch tokens are not in memory yet go through one forward that also
+        yields them (kept for :meth:`image_patches`), so a metric that needs both
+        (ABE-CLIP) encodes each image once.
         """
         bb = self.backbone
         refs = [ImageRef.of(x) for x in images]
         first_of: dict[str, int] = {}
         for i, r in enumerate(refs):
             first_of.setdefault(r.identity_hint(), i)
-        uniq_idx = list(first_of.values())
-        got: dict[int, np.ndarray] = {}
         failed: dict[int, str] | None = {} if errors is not None else None
+        got = self._image_features(refs, list(first_of.values()), failed, patches=patches)
+        out = torch.full((len(refs), bb.embed_dim), float("nan"))
+        for i, r in enumerate(refs):
+            u = first_of[r.identity_hint()]
+            if u in got:
+                g = got[u][0] if patches else got[u]
+                out[i] = g if isinstance(g, torch.Tensor) else torch.from_numpy(g)
+            else:
+                errors[i] = failed[u]
+        return out
+
+    def _image_features(self, refs: list[ImageRef], uniq_idx: list[int], failed: dict[int, str] | None, *,
+                        patches: bool) -> dict[int, object]:
+        """index -> global vector (np), or with ``patches`` -> (global (D,), patches (P, D)) tensors.
+
+        Reads and hashes in worker threads, consults the caches, then decodes and preprocesses only
+        the misses (worker threads again) and encodes them in batches."""
+        bb = self.backbone
+        got: dict[int, object] = {}
         bar = self._bar(len(uniq_idx), "images")
         chunk = self.image_batch_size * 4
         for s in range(0, len(uniq_idx), chunk):
@@ -264,31 +329,43 @@ class Encoder:
             read = self._map(lambda i, ref: ref.read(), [(i, refs[i]) for i in idx], failed)
             ok = [(i, item) for i, item in zip(idx, read) if item is not None]
             keys = {i: cache_key(bb.identity, "image", item[0]) for i, item in ok}
-            found = self.cache.get_many(list(keys.values()))
-            misses = []
+            if patches:
+                pkeys = {i: cache_key(bb.identity, "image-patches", item[0]) for i, item in ok}
+                found = self._features.get_many(list(pkeys.values()))
+                hit = lambda i: pkeys[i] in found  # noqa: E731
+                value = lambda i: found[pkeys[i]]  # noqa: E731
+            else:
+                pkeys = None
+                found = self.cache.get_many(list(keys.values()))
+                hit = lambda i: keys[i] in found  # noqa: E731
+                value = lambda i: found[keys[i]]  # noqa: E731
+            misses, lead = [], {}
             for i, (_, payload) in ok:
-                if keys[i] in found:
-                    got[i] = found[keys[i]]
+                k = keys[i]
+                if hit(i):
+                    got[i] = value(i)
                     self.stats.images_cached += 1
+                elif k in lead:  # same bytes under two names in this chunk: encode once
+                    continue
                 else:
+                    lead[k] = i
                     misses.append((i, payload))
             # Decode + preprocess in worker threads (PIL and torchvision release the GIL).
             pixels = self._map(lambda i, payload: bb.preprocess(self._decode(refs[i], payload)), misses, failed)
             todo = [(i, px) for (i, _), px in zip(misses, pixels) if px is not None]
-            vecs = self._forward_pixels([keys[i] for i, _ in todo], [px for _, px in todo])
+            vecs = self._forward_pixels([keys[i] for i, _ in todo], [px for _, px in todo],
+                                        patch_keys=[pkeys[i] for i, _ in todo] if patches else None)
             got.update((i, v) for (i, _), v in zip(todo, vecs))
+            for i, _ in ok:  # duplicates of an image encoded (or failed) just now
+                if i not in got and lead.get(keys[i]) in got:
+                    got[i] = got[lead[keys[i]]]
+                elif i not in got and failed is not None and lead.get(keys[i]) in failed:
+                    failed[i] = failed[lead[keys[i]]]
             if bar:
                 bar.update(len(idx))
         if bar:
             bar.close()
-        out = torch.full((len(refs), bb.embed_dim), float("nan"))
-        for i, r in enumerate(refs):
-            u = first_of[r.identity_hint()]
-            if u in got:
-                out[i] = torch.from_numpy(got[u])
-            else:
-                errors[i] = failed[u]
-        return out
+        return got
 
     def encode_pixels(self, content_keys: Sequence[str], pixels: Sequence[torch.Tensor]) -> None:
         """Encode images decoded and preprocessed elsewhere into the cache; nothing is returned.
@@ -306,17 +383,27 @@ class Encoder:
         todo = [(k, px) for k, px in uniq.items() if k not in found]
         self._forward_pixels([k for k, _ in todo], [px for _, px in todo])
 
-    def _forward_pixels(self, keys: list[bytes], pixels: list[torch.Tensor]) -> list[np.ndarray]:
-        """Preprocessed images -> normalised vectors, batch by batch, each batch committed to the cache."""
+    def _forward_pixels(self, keys: list[bytes], pixels: list[torch.Tensor], *,
+                        patch_keys: list[bytes] | None = None) -> list:
+        """Preprocessed images -> normalised vectors, batch by batch, each batch committed to the cache.
+
+        With ``patch_keys`` the same forward also yields the patch tokens: each image's
+        (global, patches) pair goes to the in-memory feature cache and is returned."""
         bb = self.backbone
-        out: list[np.ndarray] = []
+        out: list = []
         with torch.inference_mode():
             for b in range(0, len(pixels), self.image_batch_size):
                 px = torch.stack(list(pixels[b : b + self.image_batch_size]))
-                g, _ = bb.forward_images(px.to(bb.device, bb.dtype))
-                g = F.normalize(g.float(), dim=-1).cpu().numpy()
-                self.cache.put_many(zip(keys[b : b + len(px)], g))
-                out.extend(g)
+                g, p = bb.forward_images(px.to(bb.device, bb.dtype), patches=patch_keys is not None)
+                g = F.normalize(g.float(), dim=-1).cpu()
+                self.cache.put_many(zip(keys[b : b + len(px)], g.numpy()))
+                if patch_keys is None:
+                    out.extend(g.numpy())
+                else:
+                    p = F.normalize(p.float(), dim=-1).cpu()
+                    pairs = [(g[j].clone(), p[j].clone()) for j in range(len(px))]
+                    self._features.put_many(zip(patch_keys[b : b + len(px)], pairs))
+                    out.extend(pairs)
                 self.stats.images_encoded += len(px)
         return out
 
@@ -407,7 +494,11 @@ class Encoder:
         return out
 
     def image_patches(self, images: Sequence) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images -> (global (N, D), patch tokens (N, P, D)), both normalised, in the joint space."""
+        """Images -> (global (N, D), patch tokens (N, P, D)), both normalised, in the joint space.
+
+        One forward per image yields both; its global vector also goes to the persistent cache.
+        Files are read and hashed first and only those not in memory are decoded (worker threads).
+        """
         bb = self.backbone
         if not bb.has_patch_tokens:
             raise CapscoreError(
@@ -415,24 +506,14 @@ class Encoder:
                 "(needs a ViT image tower with a projection, e.g. open_clip ViTs or HF CLIP)"
             )
         refs = [ImageRef.of(x) for x in images]
-        loaded = self._read_all(list(enumerate(refs)), None)
-        keys = [cache_key(bb.identity, "image-patches", k) for k, _ in loaded]
-        found = self._features.get_many(keys)
-        first = {k: i for i, k in reversed(list(enumerate(keys)))}
-        todo = [i for i, k in enumerate(keys) if k not in found and first[k] == i]
-        with torch.inference_mode():
-            for b in range(0, len(todo), self.image_batch_size):
-                part = todo[b : b + self.image_batch_size]
-                px = torch.stack([bb.preprocess(loaded[i][1]) for i in part])
-                g, p = bb.forward_images(px.to(bb.device, bb.dtype), patches=True)
-                g = F.normalize(g.float(), dim=-1).cpu()
-                p = F.normalize(p.float(), dim=-1).cpu()
-                for j, i in enumerate(part):
-                    found[keys[i]] = (g[j].clone(), p[j].clone())
-                self._features.put_many((keys[i], found[keys[i]]) for i in part)
-        gs = torch.stack([found[k][0] for k in keys]) if keys else torch.empty(0, bb.embed_dim)
-        ps = torch.stack([found[k][1] for k in keys]) if keys else torch.empty(0, 0, bb.token_dim)
-        return gs, ps
+        first_of: dict[str, int] = {}
+        for i, r in enumerate(refs):
+            first_of.setdefault(r.identity_hint(), i)
+        got = self._image_features(refs, list(first_of.values()), None, patches=True)
+        if not refs:
+            return torch.empty(0, bb.embed_dim), torch.empty(0, 0, bb.token_dim)
+        rows = [got[first_of[r.identity_hint()]] for r in refs]
+        return torch.stack([g for g, _ in rows]), torch.stack([p for _, p in rows])
 
     # ---------------------------------------------------------------- utils
     def _bar(self, total: int, what: str):

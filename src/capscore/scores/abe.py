@@ -92,10 +92,13 @@ Choices the paper leaves open (and what capscore does)
 * **Patches.** open_clip ViT patch tokens after ``ln_post`` and the projection,
   class token excluded; K is capped at the number of patches.
 
-Every phrase encoding is requested once per call for all captions together and
-kept in the engine's feature cache; every image's patch tokens are encoded once
-(``Encoder.image_patches``); the concept pool's vectors come from
-``Encoder.encode_texts`` (the persistent cache).
+Every phrase encoding is requested once per call for all captions together, in
+token-budget batches, and kept in the engine's feature cache (persistent and
+byte-bounded with an on-disk cache); every image is encoded once, one forward
+giving its global vector (persistent cache) and its patch tokens
+(``Encoder.image_patches``, or ``encode_images(..., patches=True)`` when the caller
+checks the images first); the concept pool's vectors are one cached matrix
+(:func:`capscore.scores.concepts.pool_vectors`); spaCy parses are cached by text.
 """
 from __future__ import annotations
 
@@ -109,7 +112,7 @@ import torch.nn.functional as F
 
 from capscore.embed.engine import Encoder
 from capscore.errors import CapscoreError, InputError, param_error, unknown_name
-from capscore.scores.concepts import ConceptPool, load_concept_pool, nearest_concepts
+from capscore.scores.concepts import ConceptPool, load_concept_pool, nearest_concepts, pool_vectors
 
 CITATION = "Zhang, Chen, Deng & Shen, ABE-CLIP: Training-Free Attribute Binding Enhancement, arXiv:2512.17178 (2025)"
 
@@ -287,9 +290,14 @@ def pairs_from_doc(doc, *, attribute_deps: Sequence[str] = ("amod", "compound"))
 def extract_pairs(
     texts: Sequence[str], *, spacy_model: str | None = None, attribute_deps: Sequence[str] = ("amod", "compound")
 ) -> list[list[AttributeObject]]:
-    """Attribute–object pairs of each text (spaCy), e.g. "a green vintage car" -> car: (green, vintage)."""
-    nlp = _spacy(spacy_model)
-    return [pairs_from_doc(doc, attribute_deps=attribute_deps) for doc in nlp.pipe(list(texts))]
+    """Attribute–object pairs of each text (spaCy), e.g. "a green vintage car" -> car: (green, vintage).
+
+    Each text is parsed once per process (:func:`capscore.nlp.parse_cached`)."""
+    from capscore.nlp import parse_cached
+
+    deps = tuple(attribute_deps)
+    return parse_cached(list(texts), lambda doc: pairs_from_doc(doc, attribute_deps=deps),
+                        key=f"abe-pairs:{','.join(deps)}", name=spacy_model, disable=("ner",))
 
 
 def word_token_span(tokenize: Callable[[str], list[int]], text: str, word: Word, *, n_special: int) -> tuple[int, int]:
@@ -325,8 +333,18 @@ class _Caption:
 
 
 def _tokenizer(encoder: Encoder) -> tuple[Callable[[str], list[int]], int]:
+    """(tokenize one string, number of special tokens); remembers each string's tokens (prefixes of a
+    caption and the pool words are tokenised many times)."""
     bb = encoder.backbone
-    return (lambda s: bb.tokenize([s])[0]), len(bb.tokenize([""])[0])
+    memo: dict[str, list[int]] = {}
+
+    def tokenize(s: str) -> list[int]:
+        ids = memo.get(s)
+        if ids is None:
+            ids = memo[s] = bb.tokenize([s])[0]
+        return ids
+
+    return tokenize, len(tokenize(""))
 
 
 @dataclass(frozen=True)
@@ -347,9 +365,9 @@ class _ObjectPlan:
 
 
 def _plan_objects(encoder: Encoder, text: str, pairs: Sequence[AttributeObject], n_tokens: int,
-                  neighbours: dict[str, list[str]]) -> list[_ObjectPlan]:
+                  neighbours: dict[str, list[str]], tokenizer=None) -> list[_ObjectPlan]:
     """Token spans (clipped to the possibly truncated caption) and phrases of every object of ``text``."""
-    tokenize, n_special = _tokenizer(encoder)
+    tokenize, n_special = tokenizer or _tokenizer(encoder)
     last = n_tokens - 1  # the end token's position
 
     def span(w: Word) -> tuple[int, int]:
@@ -385,9 +403,10 @@ def _prepare_captions(encoder: Encoder, texts: Sequence[str], config: AbeConfig)
     if any(pairs.values()):
         pool = load_concept_pool(config.pool)
         lemmas = sorted({po.object.lemma or po.object.text.lower() for ps in pairs.values() for po in ps})
-        near = nearest_concepts(encoder.encode_texts(lemmas), encoder.encode_texts(list(pool.words)), p=config.p)
+        near = nearest_concepts(encoder.encode_texts(lemmas), pool_vectors(encoder, pool), p=config.p)
         neighbours = {lem: [pool.words[i] for i in row] for lem, row in zip(lemmas, near.tolist())}
-        plans = {t: _plan_objects(encoder, t, pairs[t], len(feats[t].ids), neighbours) for t in uniq}
+        plans = {t: _plan_objects(encoder, t, pairs[t], len(feats[t].ids), neighbours, (tokenize, n_special))
+                 for t in uniq}
     phrases = list(dict.fromkeys(ph for ps in plans.values() for p in ps for ph in p.phrases(config.negative_binding)))
     phrase_feats = dict(zip(phrases, encoder.text_tokens(phrases))) if phrases else {}
 
@@ -488,6 +507,7 @@ class AbeScorer:
     config: AbeConfig
     name: str = "abe"
     citation: str = CITATION
+    needs_patches = True  # (a class attribute) callers that check images first encode patches in that pass
 
     def __call__(self, encoder: Encoder, images: Sequence, texts: Sequence[str]) -> torch.Tensor:
         return abe_scores(encoder, images, texts, config=self.config)

@@ -35,9 +35,11 @@ Pools capscore can use:
   starts a comment.
 
 Neighbours are chosen by cosine similarity of the backbone's *global* text
-embeddings of the bare words (``Encoder.encode_texts``, so the pool is encoded
-once per backbone and kept in the engine's cache, persistent when the engine
-has an on-disk cache). Ties are broken by the order of the file, so the choice
+embeddings of the bare words (``Encoder.encode_texts``). :func:`pool_vectors`
+keeps the whole (C, D) matrix as one entry of the engine's cache under
+(backbone identity, pool content hash), persistent when the engine has an
+on-disk cache, so a later run reads one row instead of looking up and
+tokenising every word. Ties are broken by the order of the file, so the choice
 is reproducible. The query object itself counts as a neighbour when it is in
 the pool (it is then its own nearest neighbour).
 """
@@ -115,3 +117,23 @@ def nearest_concepts(queries: torch.Tensor, pool_vectors: torch.Tensor, *, p: in
     sims = queries @ pool_vectors.T  # (Q, C)
     order = torch.sort(-sims, dim=1, stable=True).indices
     return order[:, : min(p, pool_vectors.shape[0])]
+
+
+def pool_vectors(encoder, pool: ConceptPool) -> torch.Tensor:
+    """The pool's global text vectors (C, D), normalised, in pool order; cached as one matrix.
+
+    Computed once per (backbone identity, pool contents) with ``encoder.encode_texts`` (the same
+    vectors as encoding the words one by one) and stored in ``encoder.cache`` under that key.
+    """
+    import numpy as np
+
+    from capscore.embed.cache import cache_key
+
+    bb = encoder.backbone
+    key = cache_key(bb.identity, "concept-pool", f"{pool.sha}:{len(pool)}:{bb.embed_dim}")
+    hit = encoder.cache.get_many([key]).get(key)
+    if hit is not None and hit.size == len(pool) * bb.embed_dim:
+        return torch.from_numpy(np.ascontiguousarray(hit.reshape(len(pool), bb.embed_dim)))
+    vecs = encoder.encode_texts(list(pool.words))
+    encoder.cache.put_many([(key, vecs.numpy().ravel())])
+    return vecs

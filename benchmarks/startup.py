@@ -1,0 +1,147 @@
+"""Start-up cost of the ``capscore`` command, with its breakdown (issue: small jobs wait on start-up).
+
+Each figure is a fresh child process (best of ``--repeats``), wall and CPU seconds:
+
+* ``--help``, ``--version``, ``models``, an argument error, a model-name typo and a missing
+  input file, each with whether torch / open_clip / transformers got imported (target ≤ 0.5 s,
+  none imported);
+* one (image, caption) pair scored by ``capscore score`` with a warm cache (embedding cache and
+  weights-hash cache filled by one earlier run), for ``--model`` (default: random-init ViT-B-32
+  saved to a weights file and loaded as ``ViT-B-32/FILE``, the shape of a real checkpoint) and the
+  bundled ``scenes-tiny`` (target ≤ 3 s on a quiet 2-core machine);
+* the breakdown of that warm run, phase by phase in one child: import capscore's CLI, import torch,
+  import open_clip (and whether it pulled transformers), build + load the model, the backbone
+  identity (weights hash: from the hash cache, and computed, for comparison), one cached encode.
+
+    python benchmarks/startup.py
+    python benchmarks/startup.py --model ViT-L-14 --repeats 3
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+PROBE = """
+import json, sys
+sys.argv = ["capscore"] + json.loads(sys.argv[1])
+from capscore.cli import main
+try:
+    code = main()
+except SystemExit as e:
+    code = e.code
+print("PROBE " + json.dumps({"code": code, "torch": "torch" in sys.modules, "open_clip": "open_clip" in sys.modules,
+                  "transformers": "transformers" in sys.modules}), file=sys.stderr)
+"""
+
+BREAKDOWN = """
+import json, sys, time, os
+t0 = time.perf_counter(); c0 = time.process_time()
+marks = []
+def mark(name):
+    marks.append((name, time.perf_counter() - t0, time.process_time() - c0))
+import capscore.cli; mark("import capscore.cli")
+import torch; mark("import torch")
+import open_clip; mark("import open_clip" + (" (+transformers)" if "transformers" in sys.modules else ""))
+from capscore.backbones import load_backbone
+bb = load_backbone(sys.argv[1]); mark("build + load model")
+bb.identity; mark("identity (weights hash from the hash cache)" if bb._weights_source else "identity (weights hashed)")
+from capscore.backbones.base import weights_hash
+t = time.perf_counter(); weights_hash(bb.model); hash_s = time.perf_counter() - t
+from capscore.embed import Encoder
+enc = Encoder(bb, cache=sys.argv[2])
+enc.encode_images([sys.argv[3]]); enc.encode_texts(["A photo depicts " + sys.argv[4]]); mark("cached encode (image + text)")
+print("BREAKDOWN " + json.dumps({"marks": marks, "hash_s": hash_s, "cached": enc.stats.images_cached + enc.stats.texts_cached}))
+"""
+
+
+def child(code: str, *args: str) -> tuple[float, float, str]:
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    before = os.times()
+    t = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return wall, cpu, proc.stderr + proc.stdout
+
+
+def best(n: int, code: str, *args: str):
+    runs = [child(code, *args) for _ in range(n)]
+    return min(runs, key=lambda r: r[0])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="ViT-B-32", help="open_clip architecture saved to a weights file (random init)")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="capscore-startup-"))
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs); best of {args.repeats}")
+
+    def show(name, wall, cpu, out):
+        probe = next((json.loads(line[6:]) for line in out.splitlines() if line.startswith("PROBE ")), {})
+        heavy = [m for m in ("torch", "open_clip", "transformers") if probe.get(m)]
+        print(f"  {name:34s} {wall:6.2f} s wall {cpu:6.2f} s cpu  exit {probe.get('code')}  "
+              f"imports: {', '.join(heavy) or 'no torch/open_clip/transformers'}")
+
+    print("cheap paths (target <= 0.5 s, no deep-learning imports):")
+    missing = ["score", "--images", str(work / "nope"), "--captions", str(work / "nope.json"), "--out",
+               str(work / "o.jsonl")]
+    for name, argv in [("--help", ["--help"]), ("--version", ["--version"]), ("models", ["models"]),
+                       ("argument error", ["score", "--batch-size", "0", "--out", "x.jsonl"]),
+                       ("model typo", ["score", "--model", "ViT-B-99", "--out", "x.jsonl"]),
+                       ("missing input file", missing)]:
+        show(name, *best(args.repeats, PROBE, json.dumps(argv)))
+
+    # one pair, warm cache
+    from PIL import Image
+
+    import numpy as np
+
+    (work / "images").mkdir()
+    Image.fromarray((np.random.default_rng(0).random((224, 224, 3)) * 255).astype("uint8")).save(work / "images" / "a.png")
+    caption = "a red cube next to a blue ball"
+    (work / "captions.json").write_text(json.dumps({"a": caption}))
+    weights = work / f"{args.model}.pt"
+    subprocess.run([sys.executable, "-c", f"""
+import warnings, torch
+from capscore.backbones import load_backbone
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    bb = load_backbone({args.model!r}, seed=0)
+torch.save(bb.model.state_dict(), {str(weights)!r})
+"""], check=True, env={**os.environ, "PYTHONPATH": SRC})
+    env_cache = work / "cache"
+    os.environ["CAPSCORE_CACHE"] = str(env_cache)  # the hash cache lives there too; children inherit it
+    print("one pair, warm cache (target <= 3 s on a quiet 2-core machine):")
+    for spec in (f"{args.model}/{weights}", "scenes-tiny"):
+        argv = ["-q", "score", "--model", spec, "--images", str(work / "images"), "--captions",
+                str(work / "captions.json"), "--out", str(work / "out.jsonl"), "--overwrite", "--cache-dir",
+                str(env_cache)]
+        child(PROBE, json.dumps(argv))  # fills the embedding and weights-hash caches
+        label = args.model + "/FILE" if spec != "scenes-tiny" else spec
+        show(f"score 1 pair {label}", *best(args.repeats, PROBE, json.dumps(argv)))
+        wall, cpu, out = child(BREAKDOWN, spec, str(env_cache), str(work / "images" / "a.png"), caption)
+        info = next((json.loads(line[10:]) for line in out.splitlines() if line.startswith("BREAKDOWN ")), None)
+        if info is None:
+            print(out[-2000:])
+            continue
+        prev_w = prev_c = 0.0
+        for name, w, c in info["marks"]:
+            print(f"      {name:46s} +{w - prev_w:6.2f} s wall +{c - prev_c:6.2f} s cpu")
+            prev_w, prev_c = w, c
+        print(f"      {'(weights hash computed, for comparison)':46s}  {info['hash_s']:6.2f} s wall; "
+              f"{info['cached']} vectors from the cache")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
