@@ -34,7 +34,6 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 

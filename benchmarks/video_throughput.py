@@ -105,7 +105,7 @@ def main() -> None:
 
         def run_metric(encoder, metric):
             t0 = time.perf_counter()
-            out = list(score_video_records(recs, encoder, metric, sampling=args.sampling))
+            out = list(score_all(recs, encoder, metric, medium="video", options={"sampling": args.sampling}))
             return time.perf_counter() - t0, out
 
         _, ref_rows = run_metric(Encoder(bb, cache=MemoryCache()), args.warm_metric)  # cold, in memory

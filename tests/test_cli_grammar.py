@@ -82,10 +82,10 @@ def test_version_and_help_do_not_import_torch():
     assert re.fullmatch(r"capscore \d+\.\d+\.\d+\S*\n", v.stdout)
 
 
-def test_readme_model_table_is_the_registry_table(capsys):
+def test_backbones_doc_model_table_is_the_registry_table(capsys):
     from capscore.backbones.registry import GRAMMAR, grammar_markdown
 
-    assert grammar_markdown() in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert grammar_markdown() in (ROOT / "docs" / "backbones.md").read_text(encoding="utf-8")
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     for spec, _, _ in GRAMMAR:

@@ -14,7 +14,8 @@ import capscore
 ROOT = Path(capscore.__file__).parent
 
 LAYERS = [
-    {"errors", "_log", "_optional", "_table"},  # leaves: one-line errors, logging, optional imports, text tables
+    {"errors"},  # one-line errors
+    {"_log", "_optional", "_table"},  # logging, optional imports, the text table printer
     {"data", "nlp"},  # records, media references and the readers of every input format; the spaCy loader
     {"validate"},  # argument checks of the Python faces
     {"backbones"},  # model specs and adapters

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from scipy import stats as st
 
 from capscore.cli import main

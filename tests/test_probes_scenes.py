@@ -13,7 +13,7 @@ def _args(**kw):
 
 def test_scene_specificity_wrong_units_are_exactly_false():
     from capscore.probes.scenes import specificity_inputs
-    from capscore.scenes import Caption, generate_scenes, oracle
+    from capscore.scenes import Caption, generate_scenes
     from capscore.scenes import captions as C
 
     sc = generate_scenes(4, seed=0, split="heldout")
@@ -50,7 +50,7 @@ def test_scene_suites_run_with_tiny_model(tiny_backbone):
 
 
 def test_scenes_tiny_lgip_color_flips_and_specificity():
-    tiny = pytest.importorskip("capscore.scenes.tiny", reason="bundled scenes-tiny model not available yet")
+    pytest.importorskip("capscore.scenes.tiny", reason="bundled scenes-tiny model not available yet")
     from capscore.backbones import load_backbone
     from capscore.embed.engine import Encoder
     from capscore.probes.scenes import SCENE_SUITES

@@ -177,7 +177,7 @@ def _write_mp4(path, frames, fps=8):
             c.mux(p)
 
 
-def test_video_rows_take_model_and_metric_from_their_summary(tmp_path):
+def test_video_rows_carry_model_and_metric_and_the_report_reads_them(tmp_path):
     pytest.importorskip("av")
     rng = np.random.default_rng(1)
     (tmp_path / "videos").mkdir()
@@ -192,7 +192,7 @@ def test_video_rows_take_model_and_metric_from_their_summary(tmp_path):
     _score(tmp_path, "--model", MODEL, "--videos", tmp_path / "videos", "--captions", tmp_path / "caps.jsonl",
            "--metric", "refpac-s", "--frames", "all", "--out", out)
     frame = _read_independently(out)
-    assert "model" not in frame.columns  # video rows do not carry them: the summary beside says
+    assert set(frame["model"]) == {MODEL} and set(frame["metric"]) == {"refpac-s"}  # as image rows do
     page = _page(tmp_path, tmp_path / "vid")
     head, table, _ = _blocks(page)[f"refpac-s with {MODEL}"]
     _check_stats(table, head, frame, parts=[("coarse", "mean coarse"), ("ref_coarse", "mean ref coarse")])

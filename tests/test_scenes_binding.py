@@ -6,7 +6,6 @@ import importlib.util
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F

@@ -33,7 +33,7 @@ V4_STAGE2 = """capscore train scenes-tiny --model 'ckpt:runs/scenes-tiny-v3-c500
     --set negative_kinds=color,shape,count,attribute_swap,relation,hallucination --set negative_weights=1,3,3,1,1,1 \
     --set min_objects=3"""
 V1 = "capscore train scenes-tiny --out DIR --steps 800 --lr 1.5e-3 --eval-scenes 300"
-V1_DEFAULT_MODEL = "openclip:scenes-tiny"  # `capscore train scenes-tiny` starts from it without --model (docs/train.md)
+V1_DEFAULT_MODEL = "openclip:scenes-tiny-v1"  # `capscore train scenes-tiny` starts from it without --model (docs/train.md)
 
 DOCUMENTED = {  # bundled recipe file -> [(stage name, documented command)]
     "scenes-tiny-v3": [("stage1", V3_STAGE1), ("stage2", V3_STAGE2)],

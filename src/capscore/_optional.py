@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "hf": ("transformers", "datasets"),
     "ray": ("ray",),
     "torchmetrics": ("torchmetrics",),
+    "classic": ("pycocoevalcap",),
 }
 
 

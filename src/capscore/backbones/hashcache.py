@@ -27,9 +27,8 @@ _lock = threading.Lock()
 
 
 def cache_file() -> Path:
-    from capscore.embed.cache import DEFAULT_CACHE_DIR
-
-    return Path(os.environ.get("CAPSCORE_CACHE", DEFAULT_CACHE_DIR)) / "weights-hashes.json"
+    # the embedding cache's folder (capscore.embed.cache.DEFAULT_CACHE_DIR), without importing the engine
+    return Path(os.environ.get("CAPSCORE_CACHE", Path.home() / ".cache" / "capscore")) / "weights-hashes.json"
 
 
 def file_fingerprint(files: Sequence[str | os.PathLike]) -> tuple[tuple[str, int, int], ...] | None:

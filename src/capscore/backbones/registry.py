@@ -107,8 +107,14 @@ def known_architectures() -> list[str] | None:
         return None
     if found is None or not found.submodule_search_locations:
         return None
+    import os
+
     dirs = [Path(loc) / "model_configs" for loc in found.submodule_search_locations] + [CONFIG_DIR]
-    return sorted({p.stem for d in dirs if d.is_dir() for p in d.glob("*.json")})
+    names = {p.stem for d in dirs if d.is_dir() for p in d.glob("*.json")}
+    for extra in filter(None, os.environ.get("CAPSCORE_MODEL_CONFIGS", "").split(os.pathsep)):  # as openclip.py
+        path = Path(extra).expanduser()
+        names |= {p.stem for p in path.glob("*.json")} if path.is_dir() else {path.stem} if path.suffix == ".json" else set()
+    return sorted(names)
 
 
 def _check_architecture(arch: str, known: list[str] | None) -> None:
@@ -219,10 +225,9 @@ def weights_files(adapter: Adapter, rest: str) -> list[Path]:
     """The files a spec's weights are read from, where that is known without loading: the bundled
     models, ``ckpt:PATH`` and ``ARCH/PATH``. Empty for pretrained tags, hub ids and random init (their
     hash is computed from the parameters each run)."""
-    if adapter.prefix == "bundled":
-        from capscore.scenes.tiny import BUNDLED_FILES
-
-        return [BUNDLED_FILES[rest]] if rest in BUNDLED_FILES else []
+    if adapter.prefix == "bundled":  # capscore/scenes/weights/NAME.safetensors (capscore.scenes.tiny.BUNDLED_FILES)
+        path = Path(__file__).resolve().parents[1] / "scenes" / "weights" / f"{rest}.safetensors"
+        return [path] if path.is_file() else []
     if adapter.prefix == "ckpt":
         return [Path(rest.rpartition("#")[0] if "#" in rest else rest).expanduser()]
     if adapter.prefix == "openclip" and not rest.startswith(("hf-hub:", "local-dir:")):
@@ -277,7 +282,7 @@ def describe_models(width: int = 100) -> str:
     model with its one-line purpose; every line fits in ``width`` columns."""
     import textwrap
 
-    from capscore.report.tables import format_table
+    from capscore._table import format_table
 
     plain = lambda text: text.replace("`", "").replace("**", "")  # noqa: E731
     wrap = lambda text, indent: textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent,  # noqa: E731

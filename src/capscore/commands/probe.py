@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from capscore._optional import require
 from capscore.commands import _shards
 from capscore.commands._args import (
     abe_options, add_abe_arguments, add_device, add_model, count_or_all, job_of, non_negative_int, positive_int,

@@ -28,7 +28,7 @@ from pathlib import Path
 from capscore._optional import require
 from capscore.data.parquet import _first_line, columns_for, items_from_batches
 from capscore.data.shards import SourceOptions, expect_files
-from capscore.errors import CapscoreError, InputError
+from capscore.errors import InputError
 
 
 def list_arrow_files(spec: str, *, split: str | None = None) -> list[str]:

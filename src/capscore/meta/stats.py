@@ -58,7 +58,7 @@ variance is not inflated by counting the item noise twice (Davison & Hinkley 199
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from capscore._optional import require
-from capscore.errors import CapscoreError, param_error
+from capscore.errors import param_error
 from capscore.report.rows import DEFAULT_LIMITS, Limits
 from capscore.report.runs import CorrelateRun, ProbeRun, Runs, discover, finite
 

@@ -15,7 +15,7 @@ import numpy as np
 from capscore.errors import CapscoreError, unknown_name
 from capscore.scenes.claims import CONVERSE, Mention, Motion, Relation, Total, Unit, Where, relation_fact
 from capscore.scenes.lexicon import SEPARATOR, realise
-from capscore.scenes.vocab import COLOR_NAMES, GRID, MOTIONS, PATTERNS, REGIONS, SHAPES, SIZES, heldout_pairs
+from capscore.scenes.vocab import COLOR_NAMES, GRID, PATTERNS, REGIONS, SHAPES, SIZES, heldout_pairs
 
 if TYPE_CHECKING:  # pragma: no cover
     from capscore.scenes.graph import Clip, Group, Scene
@@ -460,7 +460,7 @@ def counterfactual(scene: "Scene", flaw: Flaw) -> "Scene | None":
         return True
 
     if flaw.kind == "attribute_swap":
-        (a, b), colour = old, {old[0].key: old[1].color, old[1].key: old[0].color}
+        colour = {old[0].key: old[1].color, old[1].key: old[0].color}
         objs = [replace(o, color=colour[o.key]) if o.key in colour else o for o in objs]
     else:
         pos = next(k for k, (m, n) in enumerate(zip(old, new)) if m != n)

@@ -187,7 +187,7 @@ def format_report(res: dict, *, by_objects: bool = False, by_binding: bool = Fal
     """The table ``capscore scenes eval`` prints; ``by_objects`` adds each set's accuracy per number of
     objects in the scene, ``by_binding`` on free and bound items (:func:`needs_binding`); cells
     ``accuracy (n)``."""
-    from capscore.report.tables import format_table
+    from capscore._table import format_table
 
     p = res["params"]
     s, u = res["seen"], res["unseen"]

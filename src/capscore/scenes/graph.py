@@ -14,7 +14,6 @@ no anti-aliasing, so pixels are exact.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 
 from capscore.errors import CapscoreError
 

@@ -112,7 +112,7 @@ import torch.nn.functional as F
 
 from capscore.embed.engine import Encoder
 from capscore.errors import CapscoreError, InputError, param_error, unknown_name
-from capscore.scores.concepts import ConceptPool, load_concept_pool, nearest_concepts, pool_vectors
+from capscore.scores.concepts import load_concept_pool, nearest_concepts, pool_vectors
 
 CITATION = "Zhang, Chen, Deng & Shen, ABE-CLIP: Training-Free Attribute Binding Enhancement, arXiv:2512.17178 (2025)"
 

@@ -1,0 +1,49 @@
+"""The one table printer of the CLI: aligned columns, floats at fixed precision, integers as integers.
+
+Every command that prints a table (score's per-system means, probe summaries,
+correlate's metric × backbone table, the demo, ``capscore models``) goes through
+:func:`format_table`, so alignment and number formatting are the same everywhere.
+The layout is pandas' ``to_string(index=False)`` (one space between columns), written
+out here so that the core install does not need pandas; each cell is formatted from its
+own column's values, so a count stays ``62`` in a column where another row has no value
+(an integer among floats is printed as a float, to keep the decimals aligned).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+
+def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None, *, digits: int = 4,
+                 indent: str = "  ") -> str:
+    """Rows (dicts) -> an aligned text table; missing cells are blank, floats get ``digits`` decimals.
+
+    Numeric columns (every value a number or missing) are right-aligned, text columns left-aligned.
+    """
+    if not rows:
+        return indent + "(no rows)"
+    cols = list(columns) if columns is not None else list(dict.fromkeys(k for r in rows for k in r))
+
+    def cell(v, floats: bool) -> str:
+        if v is None or (isinstance(v, float) and v != v):
+            return ""
+        if isinstance(v, float) or (floats and isinstance(v, int) and not isinstance(v, bool)):
+            return f"{v:.{digits}f}"
+        return str(v)
+
+    def is_number(v) -> bool:
+        return isinstance(v, (int, float))
+
+    lines = []
+    columns_text = []
+    for c in cols:
+        values = [r.get(c) for r in rows]
+        numeric = all(is_number(v) or v is None for v in values) and any(is_number(v) for v in values)
+        floats = numeric and any(isinstance(v, float) and v == v for v in values)  # ints among floats: floats
+        cells = [cell(v, floats) for v in values]
+        width = max([len(str(c))] + [len(x) for x in cells])
+        align = str.rjust if numeric else str.ljust
+        columns_text.append([str(c).rjust(width) if numeric else str(c).ljust(width)]
+                            + [align(x, width) for x in cells])
+    for line in zip(*columns_text):
+        lines.append(indent + " ".join(line).rstrip())
+    return "\n".join(lines)
