@@ -628,3 +628,27 @@ def write_json(path: Path, obj: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def format_summary(result: dict, out: Path, *, quiet: bool = False) -> str:
+    """What ``capscore score`` prints after a run: a line per (model, metric), the per-system means, the files."""
+    from capscore._table import format_table
+
+    runs, lines, table = result["runs"], [], []
+    several = len(runs) > 1
+    for r in runs:
+        mean = "n/a" if r["mean"] is None else f"{r['mean']:.4f}"
+        lines.append(f"{r['metric']} with {r['model']}: {r['count']} scored, {r['skipped']} skipped, mean {mean}")
+        head = {"model": r["model"], "metric": r["metric"]} if several else {}
+        if len(r["systems"]) > 1 or any(r["systems"]):
+            table += [{**head, "system": name, "mean": m, "count": r["system_counts"][name]}
+                      for name, m in r["systems"].items()]
+        elif several:
+            table.append({**head, "system": "", "mean": r["mean"], "count": r["count"]})
+    if table:
+        lines.append(format_table(table))
+    if "videos_encoded" in result and not quiet:
+        lines.append(f"videos: {result['videos_encoded']} decoded and encoded ({result['frames_encoded']} frames, "
+                     f"{result['frames']}), {result['videos_cached']} from the cache")
+    lines.append(f"rows: {out}  summary: {summary_path(out)}")
+    return "\n".join(lines)

@@ -41,17 +41,10 @@ def configure(p) -> None:
         add_common(action)  # -q / --debug after the action too
 
 
-def default_size(model: str = "scenes-tiny") -> int:
-    """The input size of bundled ``model``, read from its files (the architecture its weights name, that
-    architecture's open_clip config), without building the model."""
-    from capscore.scenes.tiny import BUNDLED_FILES, WEIGHTS_DIR, weights_arch
-
-    config = WEIGHTS_DIR.parents[1] / "backbones" / "configs" / f"{weights_arch(BUNDLED_FILES[model])}.json"
-    return int(json.loads(config.read_text())["vision_cfg"]["image_size"])
-
-
 def _generate(args) -> int:
-    args.size = default_size() if args.size is None else args.size
+    from capscore.scenes.tiny import input_size
+
+    args.size = input_size() if args.size is None else args.size
     out = output_dir(args.out)
     video_opts = {"frames": args.frames, "fps": args.fps, "codec": args.codec}
     if not args.videos and any(v is not None for v in video_opts.values()):

@@ -109,11 +109,9 @@ def job_from_args(args):
 def _check_medium(metrics, medium: str) -> None:
     from capscore.scores.metric import get_metric
 
-    for name in metrics:
-        m = get_metric(name)
+    for m in map(get_metric, metrics):
         if medium not in m.media:
-            other = "--videos" if medium == "image" else "--images"
-            raise CapscoreError(f"--metric {name} scores {m.media[0]}s; use it with {other}")
+            raise CapscoreError(f"--metric {m.name} scores {m.media[0]}s; use it with --{m.media[0]}s")
 
 
 def run(args) -> int:
@@ -133,28 +131,5 @@ def run(args) -> int:
     if hasattr(job.source, "open"):
         job.source.open()  # whole-file checks now, not after the models load
     result = pipeline.run(job)
-    print_summary(result, job.output.path, quiet=getattr(args, "quiet", False))
+    print(pipeline.format_summary(result, job.output.path, quiet=getattr(args, "quiet", False)))
     return 0
-
-
-def print_summary(result: dict, out: Path, *, quiet: bool = False) -> None:
-    from capscore.report.tables import format_table
-
-    runs = result["runs"]
-    several = len(runs) > 1
-    table = []
-    for r in runs:
-        mean = "n/a" if r["mean"] is None else f"{r['mean']:.4f}"
-        print(f"{r['metric']} with {r['model']}: {r['count']} scored, {r['skipped']} skipped, mean {mean}")
-        head = {"model": r["model"], "metric": r["metric"]} if several else {}
-        if len(r["systems"]) > 1 or any(r["systems"]):
-            table += [{**head, "system": name, "mean": m, "count": r["system_counts"][name]}
-                      for name, m in r["systems"].items()]
-        elif several:
-            table.append({**head, "system": "", "mean": r["mean"], "count": r["count"]})
-    if table:
-        print(format_table(table))
-    if "videos_encoded" in result and not quiet:
-        print(f"videos: {result['videos_encoded']} decoded and encoded ({result['frames_encoded']} frames, "
-              f"{result['frames']}), {result['videos_cached']} from the cache")
-    print(f"rows: {out}  summary: {out.with_name(out.name + '.summary.json')}")

@@ -79,3 +79,12 @@ def load_scenes_tiny(*, spec: str = "scenes-tiny", device: str = "cpu", dtype: s
         raise CapscoreError(f"{spec} has a 77-token context; got context_length={context_length}")
     weights = weights or BUNDLED_FILES[spec]
     return backbone_from_file(weights, spec=spec).to(device, resolve_dtype(dtype))
+
+
+def input_size(model: str = "scenes-tiny") -> int:
+    """The input size of bundled ``model``, read from its files (the architecture its weights name, that
+    architecture's open_clip config), without building the model."""
+    import json
+
+    config = WEIGHTS_DIR.parents[1] / "backbones" / "configs" / f"{weights_arch(BUNDLED_FILES[model])}.json"
+    return int(json.loads(config.read_text())["vision_cfg"]["image_size"])
