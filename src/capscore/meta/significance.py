@@ -62,13 +62,9 @@ TAU_KINDS = ("tau_b", "tau_c")
 
 # ------------------------------------------------------------------------------------ validation
 def _scores(x, what: str) -> np.ndarray:
-    a = np.asarray(x, dtype=float)
-    if a.ndim != 1:
-        raise CapscoreError(f"{what} must be a 1-D sequence of numbers; got shape {a.shape}")
-    bad = np.flatnonzero(~np.isfinite(a))
-    if bad.size:
-        raise CapscoreError(f"{what} has a non-finite value (NaN or inf) at position {int(bad[0])}")
-    return a
+    from capscore.meta.stats import _vector  # the one check of a 1-D finite vector
+
+    return _vector(x, what)
 
 
 def _check_resamples(n_resamples: int, func: str) -> None:
