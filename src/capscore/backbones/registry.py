@@ -117,8 +117,12 @@ def known_architectures() -> list[str] | None:
     return sorted(names)
 
 
-def _check_architecture(arch: str, known: list[str] | None) -> None:
+def _check_architecture(arch: str, known: list[str] | None, *, bare: bool = False) -> None:
+    """``bare``: the whole spec is this one name (no tag, no prefix), so a near miss of a bundled model's
+    name is a typo of that name and only bundled names are suggested."""
     if known is not None and arch not in known:
+        if bare and difflib.get_close_matches(arch, list(BUNDLED), n=1, cutoff=0.8):
+            raise unknown_name("bundled model", arch, BUNDLED)
         raise unknown_name("open_clip architecture", arch, known + list(BUNDLED))
 
 
@@ -128,12 +132,13 @@ def check_model_spec(spec: str) -> None:
     Cheap (no torch, no open_clip import), so commands run it while parsing their arguments."""
     adapter, rest = parse_model_spec(spec)
     if adapter.prefix == "openclip" and not rest.startswith(("hf-hub:", "local-dir:")):
-        _check_architecture(rest.partition("/")[0], known_architectures())
+        _check_architecture(rest.partition("/")[0], known_architectures(), bare=spec == rest and "/" not in rest)
 
 
 def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False, **opts) -> Backbone:
     if not rest.startswith(("hf-hub:", "local-dir:")):
-        _check_architecture(rest.partition("/")[0], known_architectures())  # before importing open_clip
+        _check_architecture(rest.partition("/")[0], known_architectures(),  # before importing open_clip
+                            bare=spec == rest and "/" not in rest)
     import open_clip
 
     from capscore.backbones.openclip import load_open_clip  # also registers capscore's configs
