@@ -389,3 +389,27 @@ def test_refs_with_a_reference_free_metric_warn_once(tmp_path, data, capsys):
     assert main([str(a) for a in argv]) == 0
     err = capsys.readouterr().err
     assert err.count("ignores the references") == 1, err
+
+
+def test_several_systems_get_paired_tests_in_the_summary(tmp_path, data, capsys):
+    """Two caption files = two systems: the summary holds the paired bootstrap and randomisation tests between
+    them, captions paired by id and images as clusters, and prints them."""
+    from capscore.meta.significance import approximate_randomization, paired_bootstrap
+
+    paths, _, _ = data
+    out = tmp_path / "o.jsonl"
+    assert score(tmp_path, "--images", paths[0].parent, "--captions", tmp_path / "sysA.json", tmp_path / "sysB.json",
+                 "--out", out) == 0
+    assert "paired tests between systems" in capsys.readouterr().out
+    (t,) = json.loads((tmp_path / "o.jsonl.summary.json").read_text())["system_tests"]
+    got = rows(out)
+    a = {r["id"]: r["score"] for r in got if r["system"] == "sysA"}
+    b = {r["id"]: r["score"] for r in got if r["system"] == "sysB"}
+    ids = sorted(a)
+    assert (t["a"], t["b"], t["paired"]) == ("sysA", "sysB", 4)
+    boot, ar = t["tests"]
+    assert boot["delta"] == pytest.approx(np.mean([a[i] - b[i] for i in ids]), abs=1e-9)
+    expect = paired_bootstrap([a[i] for i in ids], [b[i] for i in ids], clusters=ids, n_resamples=1000, seed=0)
+    assert boot["p_value"] == pytest.approx(expect.p_value) and boot["ci"] == pytest.approx(list(expect.ci))
+    expect = approximate_randomization([a[i] for i in ids], [b[i] for i in ids], clusters=ids, n_resamples=1000)
+    assert ar["p_value"] == pytest.approx(expect.p_value)

@@ -117,8 +117,6 @@ def _check_medium(metrics, medium: str) -> None:
 def run(args) -> int:
     from capscore import pipeline
 
-    if args.resume and args.overwrite:
-        raise CapscoreError("--resume and --overwrite contradict each other; choose one")
     if args.engine != "ray":
         from capscore.report.writers import output_format
 
@@ -132,4 +130,8 @@ def run(args) -> int:
         job.source.open()  # whole-file checks now, not after the models load
     result = pipeline.run(job)
     print(pipeline.format_summary(result, job.output.path, quiet=getattr(args, "quiet", False)))
+    from capscore.meta.compare import score_system_tests  # several systems: paired tests between them
+
+    if tests := score_system_tests(job, result):
+        print(tests)
     return 0

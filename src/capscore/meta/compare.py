@@ -125,3 +125,61 @@ def format_comparison(c: SystemComparison) -> str:
     if left:
         lines.append("left out: " + ", ".join(f"{v} {k}" for k, v in left.items()))
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ several systems in one run
+def system_tests(rows, *, n_resamples: int = 1000, seed: int = 0) -> list[dict]:
+    """Both paired tests between every two systems of each (model, metric) of one run's rows.
+
+    Captions are paired by ``id`` (the same item scored for each system), the image (or video) of a
+    caption is its cluster, error rows are left out, as in :func:`compare_files`.
+    """
+    from itertools import combinations
+
+    from capscore.meta.significance import compare_systems
+
+    by: dict[tuple, dict[str, dict[str, tuple[float, str]]]] = {}
+    for r in rows:
+        if r.get("score") is None:
+            continue
+        media = r.get("image") if r.get("image") is not None else r.get("video")
+        by.setdefault((r.get("model"), r.get("metric")), {}).setdefault(r.get("system") or "", {})[
+            str(r["id"])] = (float(r["score"]), str(media))
+    out = []
+    for (model, metric), systems in by.items():
+        for a, b in combinations(sorted(systems), 2):
+            ids = [i for i in systems[a] if i in systems[b]]
+            images = [systems[a][i][1] for i in ids]
+            if len(set(images)) < 2:
+                continue  # nothing to resample
+            boot, ar = compare_systems([systems[a][i][0] for i in ids], [systems[b][i][0] for i in ids],
+                                       clusters=images, n_resamples=n_resamples, seed=seed)
+            out.append({"model": model, "metric": metric, "a": a, "b": b, "paired": len(ids),
+                        "tests": [boot.as_dict(), ar.as_dict()]})
+    return out
+
+
+def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int = 0) -> str:
+    """For a ``capscore score`` run with several systems: the paired tests between them, added to the run's
+    summary file as ``system_tests`` and returned as a table ("" for a run with one system)."""
+    import json
+
+    from capscore.pipeline import columns_for, summary_path, write_json
+    from capscore.report.tables import format_table
+    from capscore.report.writers import read_rows
+    from capscore.scores.metric import get_metric
+
+    if not any(len(r["systems"]) > 1 for r in result["runs"]):
+        return ""
+    out = Path(job.output.path)
+    columns = columns_for(job.medium, [get_metric(m) for m in job.metrics])
+    tests = system_tests(read_rows(out, columns), n_resamples=n_resamples, seed=seed)
+    spath = summary_path(out)
+    write_json(spath, {**json.loads(spath.read_text(encoding="utf-8")), "system_tests": tests})
+    rows = [{"model": t["model"], "metric": t["metric"], "A": t["a"], "B": t["b"], "A - B": boot["delta"],
+             "95% CI": f"[{boot['ci'][0]:.4f}, {boot['ci'][1]:.4f}]", "p bootstrap": boot["p_value"],
+             "p randomisation": ar["p_value"], "paired": t["paired"]}
+            for t in tests for boot, ar in [t["tests"]]]
+    head = (f"paired tests between systems (captions paired by id, images resampled as clusters, {n_resamples} "
+            f"resamples each, seed {seed})")
+    return head + "\n" + format_table(rows) if rows else ""
