@@ -141,6 +141,21 @@ def test_correlation_table_and_scatter_data(runs):
         assert tau["value"] == pytest.approx(expect)
 
 
+def test_significance_of_metrics_and_of_systems_is_on_the_page(runs):
+    """correlate's p-value matrices and best cluster, and score's paired tests between systems, as written."""
+    root, _, page = runs
+    sig = json.loads((root / "corr" / "correlate.json").read_text())["significance"]
+    corr = html.unescape(re.sub(r"<[^>]+>", " ", _section(page, "correlation")))
+    assert "cluster of the best:  " + ", ".join(sig["cluster"]) in corr
+    for row in sig["tau_p"]:
+        for v in row:
+            assert v is None or f"{v:.3f}" in corr
+    (t,) = json.loads((root / "score" / "scores.jsonl.summary.json").read_text())["system_tests"]
+    scores = html.unescape(re.sub(r"<[^>]+>", " ", _section(page, "scores")))
+    assert "paired tests between systems" in scores and f"{t['tests'][1]['p_value']:.4f}" in scores
+    assert "bad&lt;b&gt;" in _section(page, "scores")  # the system's name stays escaped
+
+
 def test_training_section_reads_the_log(runs):
     _, _, page = runs
     body = _section(page, "training")

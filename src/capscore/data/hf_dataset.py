@@ -122,7 +122,8 @@ def read_arrow_file(path: str, *, name: str, options: SourceOptions = SourceOpti
     if not os.path.isfile(path):
         raise InputError(path, "not a regular file (expected an Arrow file)")
     try:
-        reader = pa.ipc.open_stream(pa.memory_map(path))
+        # read, not memory-mapped: a corrupt file whose buffers point past its end would fault (SIGBUS)
+        reader = pa.ipc.open_stream(pa.OSFile(path, "rb"))
         names = reader.schema.names
     except (pa.ArrowException, OSError, ValueError) as e:
         raise InputError(path, f"not a readable Arrow file ({_first_line(e)})") from None
@@ -133,7 +134,9 @@ def read_arrow_file(path: str, *, name: str, options: SourceOptions = SourceOpti
         row = 0
         try:
             for b in reader:
-                yield b.select(list(dict.fromkeys(want.values())))
+                b = b.select(list(dict.fromkeys(want.values())))
+                b.validate(full=True)  # offsets and lengths checked before any value is read
+                yield b
                 row += b.num_rows
         except (pa.ArrowException, OSError, ValueError) as e:
             raise InputError(path, f"corrupt or truncated Arrow file after row {row} ({_first_line(e)})") from None

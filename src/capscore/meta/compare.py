@@ -131,32 +131,48 @@ def format_comparison(c: SystemComparison) -> str:
 def system_tests(rows, *, n_resamples: int = 1000, seed: int = 0) -> list[dict]:
     """Both paired tests between every two systems of each (model, metric) of one run's rows.
 
-    Captions are paired by ``id`` (the same item scored for each system), the image (or video) of a
-    caption is its cluster, error rows are left out, as in :func:`compare_files`.
+    Captions are paired by ``id`` (the same item scored for each system); when two systems share no id but
+    each has one caption per image, by image. The image (or video) of a caption is its cluster; error rows
+    are left out, as in :func:`compare_files`.
     """
     from itertools import combinations
 
     from capscore.meta.significance import compare_systems
 
-    by: dict[tuple, dict[str, dict[str, tuple[float, str]]]] = {}
+    by: dict[tuple, dict[str, list[tuple[str, str, float]]]] = {}
     for r in rows:
         if r.get("score") is None:
             continue
         media = r.get("image") if r.get("image") is not None else r.get("video")
-        by.setdefault((r.get("model"), r.get("metric")), {}).setdefault(r.get("system") or "", {})[
-            str(r["id"])] = (float(r["score"]), str(media))
+        by.setdefault((r.get("model"), r.get("metric")), {}).setdefault(r.get("system") or "", []).append(
+            (str(r["id"]), str(media), float(r["score"])))
     out = []
     for (model, metric), systems in by.items():
         for a, b in combinations(sorted(systems), 2):
-            ids = [i for i in systems[a] if i in systems[b]]
-            images = [systems[a][i][1] for i in ids]
+            match, pa, pb = _pairable(systems[a], systems[b])
+            if match is None:
+                continue
+            ids = [k for k in pa if k in pb]
+            images = [pa[k][0] for k in ids]
             if len(set(images)) < 2:
                 continue  # nothing to resample
-            boot, ar = compare_systems([systems[a][i][0] for i in ids], [systems[b][i][0] for i in ids],
-                                       clusters=images, n_resamples=n_resamples, seed=seed)
-            out.append({"model": model, "metric": metric, "a": a, "b": b, "paired": len(ids),
+            boot, ar = compare_systems([pa[k][1] for k in ids], [pb[k][1] for k in ids], clusters=images,
+                                       n_resamples=n_resamples, seed=seed)
+            out.append({"model": model, "metric": metric, "a": a, "b": b, "match": match, "paired": len(ids),
                         "tests": [boot.as_dict(), ar.as_dict()]})
     return out
+
+
+def _pairable(a: list, b: list):
+    """(how, {key: (image, score)} for a, for b): by id when the systems share ids, else by image when each
+    has one caption per image; (None, ...) when they cannot be paired."""
+    by_id = ({i: (m, s) for i, m, s in a}, {i: (m, s) for i, m, s in b})
+    if set(by_id[0]) & set(by_id[1]):
+        return "id", *by_id
+    images = [[m for _, m, _ in x] for x in (a, b)]
+    if all(len(set(m)) == len(m) for m in images):
+        return "image", {m: (m, s) for _, m, s in a}, {m: (m, s) for _, m, s in b}
+    return None, {}, {}
 
 
 def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int = 0) -> str:
@@ -180,6 +196,6 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
              "95% CI": f"[{boot['ci'][0]:.4f}, {boot['ci'][1]:.4f}]", "p bootstrap": boot["p_value"],
              "p randomisation": ar["p_value"], "paired": t["paired"]}
             for t in tests for boot, ar in [t["tests"]]]
-    head = (f"paired tests between systems (captions paired by id, images resampled as clusters, {n_resamples} "
-            f"resamples each, seed {seed})")
+    head = (f"paired tests between systems (captions paired by id, else by image; images resampled as clusters, "
+            f"{n_resamples} resamples each, seed {seed})")
     return head + "\n" + format_table(rows) if rows else ""

@@ -117,6 +117,8 @@ def section_scores(runs: Runs) -> str:
             parts.append(_note("no scored rows (the rows file is missing)"))
         for b in r.blocks.values():
             parts.append(_score_block(b))
+        if isinstance(s.get("system_tests"), list) and s["system_tests"]:
+            parts.append(_system_tests(s["system_tests"]))
         if r.n_errors:
             parts.append(f"<p>{esc(r.n_errors)} rows without a score; first:</p>"
                          + table(["row", "id", "error"], r.errors, cls="text"))
@@ -381,6 +383,36 @@ def _stat_cell(s: dict) -> str:
     return f"{v:.1f}" + (f" [{lo:.1f}, {hi:.1f}]" if lo is not None and hi is not None else "")
 
 
+def _p_matrix(names: list, m: list) -> str:
+    return table(["", *names], [[a, *("–" if v is None else f"{v:.3f}" for v in row)] for a, row in zip(names, m)])
+
+
+def _significance(sig: dict) -> str:
+    """Williams' test (Pearson, one-sided: row better than column) and the paired bootstrap of Δτ (two-sided),
+    and the metrics not significantly different from the best (WMT's cluster)."""
+    names = sig.get("names") or []
+    return (f"<h4>significance ({esc(sig.get('n_resamples'))} resamples, {esc(sig.get('n_clusters'))} clusters, "
+            f"α = {esc(sig.get('alpha'))})</h4>"
+            f"<p>cluster of the best: <b>{esc(', '.join(sig.get('cluster') or []))}</b></p>"
+            f"<p>paired bootstrap p of {esc(sig.get('kind'))}(row) − {esc(sig.get('kind'))}(column)</p>"
+            + _p_matrix(names, sig.get("tau_p") or [])
+            + "<p>Williams test p (Pearson r of row greater than of column)</p>" + _p_matrix(names, sig.get("williams_p") or []))
+
+
+def _system_tests(tests: list) -> str:
+    rows = []
+    for t in tests:
+        boot, ar = (t.get("tests") or [{}, {}])[:2]
+        ci = [finite(v) for v in (boot.get("ci") or [None, None])[:2]]
+        num = [finite(v) for v in (boot.get("delta"), boot.get("p_value"), ar.get("p_value"))]
+        delta, p_boot, p_ar = ("–" if v is None else f"{v:.4f}" for v in num)
+        rows.append([t.get("model"), t.get("metric"), t.get("a"), t.get("b"), t.get("paired"), delta,
+                     f"[{ci[0]:.4f}, {ci[1]:.4f}]" if None not in ci else "–", p_boot, p_ar])
+    return ("<h4>paired tests between systems (images resampled as clusters)</h4>"
+            + table(["model", "metric", "A", "B", "paired", "A − B", "95% CI", "p bootstrap", "p randomisation"],
+                    rows))
+
+
 def section_correlation(runs: Runs) -> str:
     """Correlation with human judgments: the table with 95% intervals, and metric-vs-human scatter plots."""
     out = []
@@ -404,6 +436,8 @@ def section_correlation(runs: Runs) -> str:
         skipped = {k: v for r in res[:1] for k, v in (r.get("skipped") or {}).items()}
         if skipped:
             out.append(_note("skipped: " + ", ".join(f"{v} {k}" for k, v in skipped.items())))
+        if c.significance:
+            out.append(_significance(c.significance))
         if c.items:
             out.append(_scatter(c))
         else:

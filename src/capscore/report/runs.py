@@ -154,6 +154,7 @@ class CorrelateRun:
     results: list[dict]
     items_path: Path | None
     items: list[dict]
+    significance: dict | None = None  # correlate.json's "significance": p-value matrices and the best cluster
 
 
 @dataclass
@@ -548,7 +549,30 @@ def _read_correlate(f: Path, reader: _Reader) -> CorrelateRun:
             if len(items) > reader.limits.max_rows:
                 raise InputError(str(items_path), f"over the {reader.limits.max_rows:,} row limit")
         reader.claim(items_path)
-    return CorrelateRun(f, results, items_path if items else None, items)
+    return CorrelateRun(f, results, items_path if items else None, items, _significance(data.get("significance"), f))
+
+
+def _significance(sig, f: Path) -> dict | None:
+    """correlate.json's significance block, checked: names, one p-value per pair (or null), the cluster."""
+    if sig is None:
+        return None
+    at = f"{f}: significance"
+    if not isinstance(sig, dict):
+        raise InputError(at, "is not an object", got=sig)
+    names = _need(sig.get("names"), list, f"{at}.names", "must be a list") or []
+    for k in ("names", "cluster"):
+        for i, v in enumerate(sig.get(k) or []):
+            _need(v, str, f"{at}.{k}[{i}]", "must be text")
+    for k in ("williams_p", "tau_p"):
+        m = _need(sig.get(k), list, f"{at}.{k}", "must be a list") or []
+        if len(m) != len(names) or any(not isinstance(row, list) or len(row) != len(names) for row in m):
+            raise InputError(f"{at}.{k}", f"must be a {len(names)} × {len(names)} matrix")
+        for i, row in enumerate(m):
+            for j, v in enumerate(row):
+                _need(v, (int, float), f"{at}.{k}[{i}][{j}]", "must be a number or null")
+    for k in ("alpha",):
+        _need(sig.get(k), (int, float), f"{at}.{k}", "must be a number")
+    return sig
 
 
 # ====================================================================================== train
