@@ -408,7 +408,7 @@ def _system_tests(tests: list) -> str:
         delta, p_boot, p_ar = ("–" if v is None else f"{v:.4f}" for v in num)
         rows.append([t.get("model"), t.get("metric"), t.get("a"), t.get("b"), t.get("paired"), delta,
                      f"[{ci[0]:.4f}, {ci[1]:.4f}]" if None not in ci else "–", p_boot, p_ar])
-    return ("<h4>paired tests between systems (images resampled as clusters)</h4>"
+    return ("<p><b>paired tests between systems</b> (images resampled as clusters)</p>"
             + table(["model", "metric", "A", "B", "paired", "A − B", "95% CI", "p bootstrap", "p randomisation"],
                     rows))
 
