@@ -145,3 +145,49 @@ def test_spacy_parses_cached_by_text(monkeypatch):
     again = extract_pairs(texts + ["a yellow bus"])
     assert parsed == ["a yellow bus"] and again[:2] == first
     assert [(p.object.text, [a.text for a in p.attributes]) for p in again[2]] == [("bus", ["yellow"])]
+
+
+# ---------------------------------------------------------------- words in context (ABE's phrase features)
+WORDS = [("", "ball"), ("", "box"), ("red", "ball"), ("red", "box"), ("green vintage", "car"), ("red", "sphere"),
+         ("small red and blue", "cube"), ("café", "table"), ("r&amp;b", "song"), ("a very long prefix " * 3, "dog"),
+         ("red", "ball")]  # repeated on purpose
+
+
+def _word_by_hand(bb, prefix, word):
+    """Reference: the whole phrase alone through the tower; mean of the word's normalised tokens before <eot>."""
+    n = len(bb.tokenize([word])[0]) - 2
+    phrase = f"{prefix} {word}" if prefix else word
+    _, tok = _one_by_one(bb, [phrase])[0]
+    return tok[len(tok) - 1 - n : len(tok) - 1].mean(0)
+
+
+@pytest.mark.parametrize("row_tokens", [4, 12, 64])
+def test_packed_words_equal_each_phrase_encoded_alone(tiny_backbone, monkeypatch, row_tokens):
+    enc = Encoder(tiny_backbone)
+    enc.packed_row_tokens = row_tokens  # 4 and 12 split prefixes over rows
+    rows = []
+    real = tiny_backbone.forward_packed_texts
+    monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda ids, *a: rows.append(ids) or real(ids, *a))
+    got = enc.words_in_context(WORDS)
+    assert len(got) == len(WORDS)
+    for (prefix, word), v in zip(WORDS, got):
+        assert (v - _word_by_hand(tiny_backbone, prefix, word)).abs().max() <= 1e-6, (prefix, word)
+    packed_tokens = sum(int((r != tiny_backbone.pad_id).sum()) for r in rows)
+    whole_tokens = sum(len(tiny_backbone.tokenize([f"{p} {w}" if p else w])[0]) for p, w in dict.fromkeys(WORDS))
+    assert 0 < packed_tokens < whole_tokens  # the point: fewer tokens through the tower
+
+
+def test_words_in_context_without_packing_encode_whole_phrases(tiny_backbone, monkeypatch):
+    monkeypatch.setattr(tiny_backbone, "supports_packed_text", False)
+    monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda *a: pytest.fail("packed without support"))
+    got = Encoder(tiny_backbone).words_in_context(WORDS)
+    for (prefix, word), v in zip(WORDS, got):
+        assert (v - _word_by_hand(tiny_backbone, prefix, word)).abs().max() <= 1e-6
+
+
+def test_words_in_context_persist(tiny_backbone, tmp_path, monkeypatch):
+    cold = Encoder(tiny_backbone, cache=tmp_path / "c").words_in_context(WORDS)
+    monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda *a: pytest.fail("re-encoded"))
+    monkeypatch.setattr(tiny_backbone, "forward_texts", lambda *a, **k: pytest.fail("re-encoded"))
+    warm = Encoder(tiny_backbone, cache=tmp_path / "c").words_in_context(WORDS)
+    assert all(torch.equal(a, b) for a, b in zip(cold, warm))

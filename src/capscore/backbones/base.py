@@ -107,6 +107,9 @@ class Backbone(ABC):
       has_patch_tokens / has_token_features
                       whether ``forward_images(patches=True)`` and
                       ``forward_texts(tokens=True)`` are supported.
+      supports_packed_text
+                      whether ``forward_packed_texts`` is (causal towers whose blocks take
+                      a per-row attention mask).
     """
 
     family: str = "?"
@@ -235,6 +238,21 @@ class Backbone(ABC):
         self, ids: torch.Tensor, lengths: torch.Tensor, *, tokens: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Padded ids (B, L) with true lengths (B,) -> global (B, D) and, if asked, tokens (B, L, D)."""
+
+    # Packed short texts (Encoder.words_in_context): several texts that share a prefix in one row.
+    supports_packed_text: bool = False
+
+    def forward_packed_texts(
+        self, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor
+    ) -> torch.Tensor:
+        """Token features (B, L, token_dim) of packed rows, not normalised.
+
+        ``ids`` (B, L) token ids, ``positions`` (B, L) each token's position in its own text,
+        ``allowed`` (B, L, L) bool: query j may attend key i. Only causal text towers whose
+        per-token features depend on nothing but the tokens a token attends to can pack
+        (``supports_packed_text``); the caller builds masks that reproduce each text's own
+        causal view, so every feature equals the one of the text encoded alone."""
+        raise NotImplementedError
 
     @property
     def logit_scale(self) -> torch.Tensor:

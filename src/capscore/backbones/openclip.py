@@ -68,6 +68,14 @@ class OpenClipBackbone(Backbone):
         )
         self.pad_to_longest_exact = self._fast_text
         self.has_token_features = self._fast_text
+        # Packing (forward_packed_texts) hands open_clip's own blocks a per-row mask: their
+        # nn.MultiheadAttention takes one of shape (B * heads, L, L).
+        blocks = getattr(getattr(text, "transformer", None), "resblocks", None)
+        self.supports_packed_text = bool(
+            self._fast_text and blocks and isinstance(text.transformer, open_clip.transformer.Transformer)
+            and all(type(b) is open_clip.transformer.ResidualAttentionBlock
+                    and isinstance(b.attn, torch.nn.MultiheadAttention) for b in blocks)
+        )
         visual = model.visual
         self.has_patch_tokens = hasattr(visual, "output_tokens") and getattr(visual, "proj", None) is not None and getattr(
             visual, "pool_type", "tok"
@@ -196,6 +204,18 @@ class OpenClipBackbone(Backbone):
         pooled = self._project_text(x[torch.arange(x.shape[0], device=x.device), eot])
         return pooled, (self._project_text(x) if tokens else None)
 
+
+    def forward_packed_texts(self, ids, positions, allowed):
+        t = self._text
+        ids, positions = ids.to(self.device), positions.to(self.device)
+        cast = t.transformer.get_cast_dtype() if hasattr(t.transformer, "get_cast_dtype") else self.dtype
+        x = t.token_embedding(ids).to(cast)  # the same steps as forward_texts, positions per text
+        x = x + t.positional_embedding[positions].to(cast)
+        heads = t.transformer.resblocks[0].attn.num_heads
+        mask = torch.zeros(allowed.shape, dtype=cast, device=self.device)
+        mask.masked_fill_(~allowed.to(self.device), float("-inf"))
+        x = t.transformer(x, attn_mask=mask.repeat_interleave(heads, dim=0))
+        return self._project_text(t.ln_final(x))
 
 @contextlib.contextmanager
 def quiet_open_clip_log():

@@ -26,6 +26,7 @@ Every metric, probe and trainer evaluation goes through :class:`Encoder`:
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -41,6 +42,11 @@ from capscore.backbones.base import Backbone
 from capscore.embed.cache import EmbeddingCache, cache_key
 from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError
+
+
+# Text that CLIP's BPE tokeniser splits only at spaces, one word at a time: "prefix word" is then
+# tokens(prefix) + tokens(word) without tokenising it (Encoder.words_in_context checks other text).
+_PLAIN = re.compile(r"[A-Za-z0-9 '-]*")
 
 
 class MemoryCache:
@@ -152,7 +158,8 @@ class Encoder:
         """Yield (positions, padded ids (B, L), lengths (B,)) sorted by length to minimise padding.
 
         ``size`` rows per batch; with ``budget``, instead as many rows as keep rows x padded length
-        within it (at least one row), so short texts share a batch."""
+        within it (at least one row), so short texts share a batch, and no row more than a quarter
+        (at least 2 tokens) longer than the batch's first, so padding stays a small share."""
         bb = self.backbone
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         width = (lambda n: len(ids[order[n]])) if bb.pad_to_longest_exact else (lambda n: bb.context_length)
@@ -162,7 +169,8 @@ class Encoder:
                 e = min(s + size, len(order))
             else:  # ascending lengths: the batch's last row is its longest
                 e = s + 1
-                while e < len(order) and (e + 1 - s) * width(e) <= budget:
+                cap = max(width(s) + 2, width(s) * 5 // 4)
+                while e < len(order) and (e + 1 - s) * width(e) <= budget and width(e) <= cap:
                     e += 1
             groups.append(order[s:e])
             s = e
@@ -242,6 +250,131 @@ class Encoder:
                         self.cache.put_features((k, self._pack_tokens(f)) for k, f in new)
         index = dict(zip(uniq, (found[k] for k in keys)))
         return [index[t] for t in texts]
+
+    def words_in_context(self, items: Sequence[tuple[str, str]]) -> list[torch.Tensor]:
+        """F(prefix, word) for each ``(prefix, word)``: the mean of the normalised final-layer
+        features of ``word``'s tokens when the text tower encodes ``f"{prefix} {word}"`` (``word``
+        alone for an empty prefix); (token_dim,) float32 each, in input order.
+
+        This is ABE-CLIP's phrase feature. On a causal tower the word's tokens see only the
+        start token, the prefix and themselves, so texts that share a prefix are *packed*:
+        one row holds the start token, then per prefix its tokens once and every word after
+        it, each word masked to see the start token, its prefix and its own tokens at the
+        positions it has in its own text, and no end token (nothing before it depends on it).
+        The result is the text's own encoding, up to float summation order (≤ 1e-6), at a
+        fraction of the tokens. Backbones without ``supports_packed_text``, and texts whose
+        tokens are not prefix tokens + word tokens, or that would not fit the context, are
+        encoded whole (:meth:`text_tokens`). Kept like :meth:`text_tokens`' features."""
+        bb = self.backbone
+        if not bb.has_token_features:
+            raise CapscoreError(f"backbone {bb.spec} does not expose per-token text features")
+        uniq = list(dict.fromkeys((p, w) for p, w in items))
+        keys = [cache_key(bb.identity, "word-in-context", f"{p}\x1f{w}") for p, w in uniq]
+        found = self._features.get_many(keys)
+        if isinstance(self.cache, EmbeddingCache) and len(found) < len(keys):
+            stored = {k: torch.from_numpy(v) for k, v in self.cache.get_features([k for k in keys if k not in found]).items()}
+            found.update(stored)
+            self._features.put_many(stored.items())
+        missing = [i for i, k in enumerate(keys) if k not in found]
+        if missing:
+            new = self._words_in_context([uniq[i] for i in missing])
+            new = [(keys[i], v) for i, v in zip(missing, new)]
+            found.update(new)
+            self._features.put_many(new)
+            if isinstance(self.cache, EmbeddingCache):
+                self.cache.put_features((k, v.numpy()) for k, v in new)
+        key_of = dict(zip(uniq, keys))
+        return [found[key_of[(p, w)]] for p, w in items]
+
+    def _words_in_context(self, items: list[tuple[str, str]]) -> list[torch.Tensor]:
+        bb = self.backbone
+        memo: dict[str, list[int]] = {}
+
+        def tokens(s: str) -> list[int]:  # without the start and end tokens
+            if s not in memo:
+                memo[s] = bb.tokenize([s])[0][1:-1]
+            return memo[s]
+
+        packed, whole = [], []
+        sot = getattr(bb, "sot_id", None)
+        for i, (p, w) in enumerate(items):
+            pre, wt = (tokens(p) if p else []), tokens(w)
+            ok = (bb.supports_packed_text and sot is not None and wt and len(pre) + len(wt) + 2 <= bb.context_length
+                  and (not p or _PLAIN.fullmatch(p + w) or tokens(f"{p} {w}") == pre + wt))
+            (packed if ok else whole).append((i, pre, wt))
+        out: list[torch.Tensor | None] = [None] * len(items)
+        if whole:
+            texts = [f"{items[i][0]} {items[i][1]}" if items[i][0] else items[i][1] for i, _, _ in whole]
+            for (i, _, wt), f in zip(whole, self.text_tokens(texts)):
+                v = f.vectors  # the word's tokens end just before the end token
+                out[i] = v[len(v) - 1 - len(wt) : len(v) - 1].mean(0)
+        if packed:
+            for i, v in self._packed_forward(packed, sot):
+                out[i] = v
+        return out
+
+    packed_row_tokens = 64  # tokens per packed row (a row longer only for one prefix + word that needs it)
+
+    def _packed_forward(self, items: list[tuple[int, list[int], list[int]]], sot: int):
+        """Yield (index, F) for (index, prefix ids, word ids) items; see :meth:`words_in_context`."""
+        bb = self.backbone
+        groups: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
+        for i, pre, wt in items:
+            groups.setdefault(tuple(pre), []).append((i, wt))
+        rows: list[dict] = []
+
+        def new_row():
+            rows.append({"ids": [sot], "pos": [0], "grp": [-1], "seg": [-1], "out": []})
+            return rows[-1]
+
+        row, gid, sid = new_row(), 0, 0
+        for pre, members in groups.items():
+            open_prefix = False
+            for i, wt in members:
+                need = len(wt) + (0 if open_prefix else len(pre))
+                if len(row["ids"]) > 1 and len(row["ids"]) + need > self.packed_row_tokens:
+                    row, open_prefix = new_row(), False
+                if not open_prefix:  # the prefix's tokens, once per row
+                    gid += 1
+                    row["ids"] += pre
+                    row["pos"] += range(1, len(pre) + 1)
+                    row["grp"] += [gid] * len(pre)
+                    row["seg"] += [-1] * len(pre)
+                    open_prefix = True
+                sid += 1
+                start = len(row["ids"])
+                row["ids"] += wt
+                row["pos"] += range(len(pre) + 1, len(pre) + 1 + len(wt))
+                row["grp"] += [gid] * len(wt)
+                row["seg"] += [sid] * len(wt)
+                row["out"].append((i, start, len(row["ids"])))
+        rows.sort(key=lambda r: len(r["ids"]))
+        budget = self.text_token_budget
+        s = 0
+        with torch.inference_mode():
+            while s < len(rows):
+                e = s + 1
+                while e < len(rows) and (e + 1 - s) * len(rows[e]["ids"]) <= budget:
+                    e += 1
+                batch, s = rows[s:e], e
+                L = len(batch[-1]["ids"])
+                ids = torch.full((len(batch), L), bb.pad_id, dtype=torch.long)
+                pos = torch.zeros((len(batch), L), dtype=torch.long)
+                grp = torch.full((len(batch), L), -2, dtype=torch.long)  # padding: a group of its own
+                seg = torch.full((len(batch), L), -2, dtype=torch.long)
+                for j, r in enumerate(batch):
+                    n = len(r["ids"])
+                    ids[j, :n], pos[j, :n] = torch.tensor(r["ids"]), torch.tensor(r["pos"])
+                    grp[j, :n], seg[j, :n] = torch.tensor(r["grp"]), torch.tensor(r["seg"])
+                gq, gk = grp[:, :, None], grp[:, None, :]  # (query j, key i)
+                sq, sk = seg[:, :, None], seg[:, None, :]
+                allowed = (gk == -1) | ((gk == gq) & (gk >= 0) & ((sk == -1) | (sk == sq)))
+                allowed &= torch.ones(L, L, dtype=torch.bool).tril()
+                allowed |= torch.eye(L, dtype=torch.bool)
+                tok = F.normalize(bb.forward_packed_texts(ids, pos, allowed).float(), dim=-1).cpu()
+                for j, r in enumerate(batch):
+                    for i, a, b in r["out"]:
+                        yield i, tok[j, a:b].mean(0).clone()
 
     @staticmethod
     def _pack_tokens(f: TokenFeatures) -> np.ndarray:

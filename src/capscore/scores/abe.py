@@ -92,9 +92,11 @@ Choices the paper leaves open (and what capscore does)
 * **Patches.** open_clip ViT patch tokens after ``ln_post`` and the projection,
   class token excluded; K is capped at the number of patches.
 
-Every phrase encoding is requested once per call for all captions together, in
-token-budget batches, and kept in the engine's feature cache (persistent and
-byte-bounded with an on-disk cache); every image is encoded once, one forward
+Every F(A, obj) is requested once per call for all captions together
+(:meth:`capscore.embed.Encoder.words_in_context`: on a causal tower the phrases that
+share an attribute prefix are packed into one row, the prefix encoded once and no end
+token, which gives each phrase's own features) and kept in the engine's feature cache
+(persistent and byte-bounded with an on-disk cache); every image is encoded once, one forward
 giving its global vector (persistent cache) and its patch tokens
 (``Encoder.image_patches``, or ``encode_images(..., patches=True)`` when the caller
 checks the images first); the concept pool's vectors are one cached matrix
@@ -357,10 +359,11 @@ class _ObjectPlan:
     mine: str  # A⁺ as a phrase prefix, e.g. "green vintage"
     others: str  # A⁻, "" when no other object has an attribute of its own
 
-    def phrases(self, negative_binding: bool) -> list[str]:
-        out = [*self.neighbours, *(f"{self.mine} {o}" for o in self.neighbours)]
+    def phrases(self, negative_binding: bool) -> list[tuple[str, str]]:
+        """(attribute prefix, object) of every F(·, obj) the object needs; "" is F(∅, obj)."""
+        out = [*(("", o) for o in self.neighbours), *((self.mine, o) for o in self.neighbours)]
         if self.others and negative_binding:
-            out += [f"{self.others} {o}" for o in self.neighbours]
+            out += [(self.others, o) for o in self.neighbours]
         return out
 
 
@@ -408,24 +411,22 @@ def _prepare_captions(encoder: Encoder, texts: Sequence[str], config: AbeConfig)
         plans = {t: _plan_objects(encoder, t, pairs[t], len(feats[t].ids), neighbours, (tokenize, n_special))
                  for t in uniq}
     phrases = list(dict.fromkeys(ph for ps in plans.values() for p in ps for ph in p.phrases(config.negative_binding)))
-    phrase_feats = dict(zip(phrases, encoder.text_tokens(phrases))) if phrases else {}
+    phrase_feats = dict(zip(phrases, encoder.words_in_context(phrases))) if phrases else {}
 
-    def F_(phrase: str, word: str) -> torch.Tensor:
-        """F(·, word): mean of the word's tokens, which end just before the phrase's end token."""
-        n = len(tokenize(word)) - n_special
-        v = phrase_feats[phrase].vectors
-        return v[len(v) - 1 - n : len(v) - 1].mean(0)
+    def F_(prefix: str, word: str) -> torch.Tensor:
+        """F(prefix, word): mean of the word's tokens when the tower encodes "prefix word"."""
+        return phrase_feats[(prefix, word)]
 
     out = {}
     for t in uniq:
         f = feats[t]
         bindings = []
         for p in plans[t]:
-            bare = torch.stack([F_(o, o) for o in p.neighbours])  # (P, D)
-            b_plus = binding_vector(torch.stack([F_(f"{p.mine} {o}", o) for o in p.neighbours]), bare)
+            bare = torch.stack([F_("", o) for o in p.neighbours])  # (P, D)
+            b_plus = binding_vector(torch.stack([F_(p.mine, o) for o in p.neighbours]), bare)
             b_minus = torch.zeros_like(b_plus)
             if p.others and config.negative_binding:
-                b_minus = binding_vector(torch.stack([F_(f"{p.others} {o}", o) for o in p.neighbours]), bare)
+                b_minus = binding_vector(torch.stack([F_(p.others, o) for o in p.neighbours]), bare)
             bindings.append(Binding(p.span, p.attribute_spans, b_plus, b_minus))
         vectors = f.vectors
         refined = refine_tokens(vectors, bindings, negative_binding=config.negative_binding) if bindings else vectors
