@@ -299,13 +299,10 @@ def check_fit(metric: Metric, backbone, medium: str = "image") -> None:
     if "tokens" in needs and not getattr(backbone, "has_token_features", True):
         raise CapscoreError(f"{metric.name} needs per-token text features, which {backbone.spec} does not expose; "
                             "use an open_clip/OpenAI-format model, or the metric clip-s")
-    spec = getattr(backbone, "spec", "?")
-    if metric.name == "mcs" and getattr(backbone, "family", "") != "mclip":
-        warn(f"metric mcs expects a multilingual backbone (mclip:DIR); {spec} is not one, so these are "
-             "monolingual CLIP-S scores without the prefix")
-    elif metric.name in ("pac-s", "refpac-s") and "pac" not in spec.lower():
-        warn(f"metric {metric.name} uses w=2.0, calibrated for PAC-S weights; {spec} does not look like a PAC-S "
-             "checkpoint ('pac' not in its name), so the scale is not PAC-S's")
+    if metric.weights_check is not None:
+        message = metric.weights_check(getattr(backbone, "spec", "?"), getattr(backbone, "family", ""))
+        if message:
+            warn(message)
 
 
 # ------------------------------------------------------------------------------------ running

@@ -144,6 +144,22 @@ _PAC_S = MetricSpec("pac-s", 2.0, False, CLIPSCORE_PREFIX, _SARTO)
 _REFPAC_S = MetricSpec("refpac-s", 2.0, True, CLIPSCORE_PREFIX, _SARTO)
 _MCS = MetricSpec("mcs", 2.5, False, "", "Kim et al., PR-MCS, 2023 (multilingual CLIPScore)")
 
+def _pac_weights(name: str):
+    def check(spec: str, family: str) -> str | None:
+        if "pac" in spec.lower():
+            return None
+        return (f"metric {name} uses w=2.0, calibrated for PAC-S weights; {spec} does not look like a PAC-S "
+                "checkpoint ('pac' not in its name), so the scale is not PAC-S's")
+    return check
+
+
+def _mclip_weights(spec: str, family: str) -> str | None:
+    if family == "mclip":
+        return None
+    return (f"metric mcs expects a multilingual backbone (mclip:DIR); {spec} is not one, so these are "
+            "monolingual CLIP-S scores without the prefix")
+
+
 # one row per name; a row scores images, videos or both (videos: capscore.scores.video, EMScore-style)
 register(Metric("clip-s", _HESSEL, image=_CLIP_S, video=VIDEO_METRICS["clip-s"], prefix=CLIPSCORE_PREFIX,
                 range=(0.0, 2.5), note="2.5 · max(cos(image, caption), 0); on a video: on the mean frame"))
@@ -151,14 +167,14 @@ register(Metric("refclip-s", _HESSEL, image=_REFCLIP_S, needs_refs=True, prefix=
                 range=(0.0, 2.5), note="H-mean(CLIP-S, max(max_r cos(caption, r), 0))"))
 register(Metric("pac-s", _SARTO + " (video: §4.3)", image=_PAC_S, video=VIDEO_METRICS["pac-s"],
                 prefix=CLIPSCORE_PREFIX, range=(0.0, 2.0), default_model="ckpt:PATH/clip_ViT-B-32.pth",
-                note="2 · max(cos, 0) with PAC-S weights (--model ckpt:PATH/clip_ViT-B-32.pth); "
+                weights_check=_pac_weights("pac-s"), note="2 · max(cos, 0) with PAC-S weights (--model ckpt:PATH/clip_ViT-B-32.pth); "
                      "on a video: (coarse + fine F)/2"))
 register(Metric("refpac-s", _SARTO + " (video: §4.3)", image=_REFPAC_S, video=VIDEO_METRICS["refpac-s"],
                 needs_refs=True, prefix=CLIPSCORE_PREFIX, range=(0.0, 2.0),
-                default_model="ckpt:PATH/clip_ViT-B-32.pth",
+                default_model="ckpt:PATH/clip_ViT-B-32.pth", weights_check=_pac_weights("refpac-s"),
                 note="H-mean(PAC-S, reference part) with PAC-S weights"))
 register(Metric("mcs", _MCS.citation, image=_MCS, prefix="", range=(0.0, 2.5), default_model="mclip:DIR",
-                note="CLIP-S with a multilingual text student (--model mclip:DIR), no prefix"))
+                weights_check=_mclip_weights, note="CLIP-S with a multilingual text student (--model mclip:DIR), no prefix"))
 register(Metric("emscore", "Shi et al., EMScore, CVPR 2022", video=VIDEO_METRICS["emscore"], range=(-1.0, 1.0),
                 note="EMScore(X, V) = (coarse + fine F)/2 with CLIP weights (videos)"))
 register(Metric("emscore-ref", "Shi et al., EMScore, CVPR 2022", video=VIDEO_METRICS["emscore-ref"],

@@ -132,6 +132,9 @@ class Metric:
     range: tuple[float, float] = (0.0, math.inf)
     note: str = ""
     default_model: str = "ViT-B-32/openai"  # the backbone the metric's paper used (a name `capscore models` knows)
+    # (spec, family) of a backbone -> a warning when its weights are not the ones the metric was made for
+    # (the numbers are still computed), else None; None = any CLIP-style weights fit
+    weights_check: Any = None
 
     @property
     def media(self) -> tuple[str, ...]:
