@@ -10,8 +10,8 @@ random-init ViT-B-32 (open_clip, ``pretrained=None``, seed 0), fp32, CPU, 2 thre
 
 For each size in ``--sizes`` (pairs) it runs, each on a fresh persistent cache:
 
-* CLIP-S cold: ``score_records(..., "clip-s")`` — the ``capscore score`` path;
-* ABE cold: ``score_pair_records(..., "abe")`` on a cache that holds only the concept
+* CLIP-S cold: ``capscore.pipeline.score_all(..., "clip-s")`` — the ``capscore score`` path;
+* ABE cold: ``score_all(..., "abe")`` on a cache that holds only the concept
   pool of this backbone (the pool is encoded once per backbone and machine; the
   first-ever run's extra cost is printed separately as "ABE cold, empty cache");
 
