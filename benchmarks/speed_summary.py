@@ -75,6 +75,7 @@ def main() -> None:
     out, _, lo, hi = bench("startup.py", "--repeats", "3")
     for model, wall in re.findall(r"score 1 pair (\S+)\s+([\d.]+ s) wall", out):
         rows.append((f"one pair, warm cache, {model}", wall, "<= 3 s", lo, hi))
+    rows.append(("  of which python -c 'import torch' alone", grab(r"import torch'\s+([\d.]+ s) wall", out), "", lo, hi))
 
     out, _, lo, hi = bench("video_throughput.py")
     rows.append(("video: warm re-run, another metric, vs cold", grab(r"([\d.]+x) wall, [\d.]+x cpu faster", out),

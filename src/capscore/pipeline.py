@@ -284,7 +284,8 @@ def load_encoders(job: ScoreJob, *, progress: bool = False) -> dict:
             continue
         bb = m if isinstance(m, Backbone) else load_backbone(
             m, device=enc.device, dtype=enc.dtype, seed=enc.seed, context_length=enc.context_length,
-            trust_remote_code=enc.trust_remote_code, rgb_order=enc.rgb_order)
+            trust_remote_code=enc.trust_remote_code, rgb_order=enc.rgb_order,
+            lazy=enc.cache)  # a run served from the persistent cache never builds the model
         out[m if isinstance(m, str) else bb.spec] = Encoder(bb, batch_size=enc.batch_size, cache=cache,
                                                             progress=progress)
     return out

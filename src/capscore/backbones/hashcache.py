@@ -55,20 +55,31 @@ def source_key(fingerprint: tuple, recipe: str) -> str:
 def cached_hash(key: str, compute: Callable[[], str], *, path: Path | None = None) -> str:
     """The hash remembered under ``key``, else ``compute()`` (then remembered). A damaged or unwritable
     cache file is ignored (the hash is computed); it is only a cache."""
+    found = lookup(key, path=path)
+    if found is not None:
+        return found
+    value = compute()
+    remember(key, value, path=path)
+    return value
+
+
+def lookup(key: str, *, path: Path | None = None) -> str | None:
+    """The string remembered under ``key`` in the table at ``path`` (default :func:`cache_file`), or None."""
+    with _lock:
+        return _read(path or cache_file()).get(key)
+
+
+def remember(key: str, value: str | None, *, path: Path | None = None) -> None:
+    """Remember ``value`` under ``key`` (the oldest of more than ``MAX_ENTRIES`` go); None forgets ``key``."""
     path = path or cache_file()
     with _lock:
         table = _read(path)
-        if key in table:
-            return table[key]
-    value = compute()
-    with _lock:
-        table = _read(path)
         table.pop(key, None)
-        table[key] = value
+        if value is not None:
+            table[key] = value
         while len(table) > MAX_ENTRIES:
             table.pop(next(iter(table)))
         _write(path, table)
-    return value
 
 
 def _read(path: Path) -> dict[str, str]:

@@ -202,11 +202,15 @@ def load_backbone(
     context_length: int | None = None,
     trust_remote_code: bool = False,
     rgb_order: str = "first",
+    lazy: bool = False,
 ) -> Backbone:
     """Load any supported dual encoder from a ``--model`` string (see module docstring).
 
     ``rgb_order="after-crop"`` converts images to RGB after resize + crop, as the clipscore and
     pacscore reference scripts do (see :class:`~capscore.backbones.base.Backbone`); default ``"first"``.
+    ``lazy=True``: when the same weights files were loaded before with the same recipe and code,
+    return a :class:`~capscore.backbones.lazy.LazyBackbone` that builds the model only when a
+    forward pass needs it (a run served from the embedding cache never does); see that module.
     """
 
     from capscore.backbones.base import resolve_device, resolve_dtype
@@ -214,6 +218,24 @@ def load_backbone(
     resolve_device(device)  # fail before loading any weights
     resolve_dtype(dtype)
     adapter, rest = parse_model_spec(spec)
+    if lazy:
+        from capscore.backbones import lazy as lz
+
+        files = weights_files(adapter, rest)
+        key = None if not files or lz.env_disabled() else lz.facts_key(
+            files, f"{spec}|{device}|{dtype}|seed={seed}|ctx={context_length}|rgb={rgb_order}|remote={trust_remote_code}")
+        if key is not None:
+            if adapter.prefix == "openclip":
+                check_model_spec(spec)  # the checks a real load makes first
+            build = lambda: load_backbone(  # noqa: E731
+                spec, device=device, dtype=dtype, seed=seed, context_length=context_length,
+                trust_remote_code=trust_remote_code, rgb_order=rgb_order)
+            facts = lz.remembered(key)
+            if facts is not None:
+                return lz.LazyBackbone(facts, build, key)
+            bb = build()
+            lz.remember(key, bb)
+            return bb
     opts = dict(spec=spec, device=device, dtype=dtype, seed=seed, context_length=context_length)
     if adapter.prefix in ("hf", "mclip"):
         opts["trust_remote_code"] = trust_remote_code

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from capscore.errors import CapscoreError, InputError
-from capscore.meta.significance import SystemTest
+
+if TYPE_CHECKING:  # scipy (1.5 s to import) only when two systems are compared
+    from capscore.meta.significance import SystemTest
 
 
 def _rows(path: Path):

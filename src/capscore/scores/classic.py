@@ -50,10 +50,12 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from capscore.errors import CapscoreError, InputError, param_error, unknown_name
+
+if TYPE_CHECKING:  # numpy is imported where scores are computed: the metric registry stays cheap
+    import numpy as np
 
 CLASSIC_METRICS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge-l", "cider", "spice")
 TOKENIZERS = ("ptb", "simple", "none")
@@ -228,6 +230,8 @@ def _canonical(names) -> list[str]:
 
 def score_tokenized(names: Sequence[str], gts: dict, res: dict, *, tokenizer: str = "none") -> dict[str, ClassicResult]:
     """pycocoevalcap on already tokenised ``gts`` {key: [refs]} and ``res`` {key: [candidate]} (keys 0..N-1)."""
+    import numpy as np
+
     names = _canonical(names)
     _pycoco()
     n = len(res)
@@ -322,6 +326,8 @@ def _spice_jars() -> Path:
 def spice(gts: dict, res: dict) -> np.ndarray:
     """Per-caption SPICE F (``All.f``) from pycocoevalcap's SPICE 1.0 jar on tokenised ``gts``/``res`` (module
     docstring: CoreNLP jars from a local folder; temporary files and the parse cache in capscore's cache)."""
+    import numpy as np
+
     from capscore.embed.cache import DEFAULT_CACHE_DIR
 
     _need_java("SPICE")
