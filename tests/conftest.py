@@ -43,6 +43,14 @@ def tiny_backbone():
 
 
 @pytest.fixture
+def tiny_weights_file(tmp_path, tiny_backbone):
+    """capscore-test-tiny's random weights saved as an open_clip state dict (loaded as ``capscore-test-tiny/PATH``)."""
+    path = tmp_path / "tiny.pt"
+    torch.save(tiny_backbone.model.state_dict(), path)
+    return path
+
+
+@pytest.fixture
 def make_images(tmp_path):
     """Write n small RGB PNGs with distinct random content; returns their paths."""
 

@@ -15,19 +15,8 @@ from capscore.embed import Encoder
 from capscore.errors import CapscoreError
 
 
-@pytest.fixture
-def weights_file(tmp_path):
-    """capscore-test-tiny's random weights saved as an open_clip state dict (loaded as ARCH/PATH)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        bb = load_backbone("capscore-test-tiny", seed=5)
-    path = tmp_path / "tiny.pt"
-    torch.save(bb.model.state_dict(), path)
-    return path
-
-
-def test_second_load_is_a_stand_in_with_the_real_facts(weights_file):
-    spec = f"capscore-test-tiny/{weights_file}"
+def test_second_load_is_a_stand_in_with_the_real_facts(tiny_weights_file):
+    spec = f"capscore-test-tiny/{tiny_weights_file}"
     real = load_backbone(spec, lazy=True)
     assert not isinstance(real, LazyBackbone)  # nothing remembered yet: a real load, whose facts are kept
     lazy = load_backbone(spec, lazy=True)
@@ -42,8 +31,8 @@ def test_second_load_is_a_stand_in_with_the_real_facts(weights_file):
     assert lazy.materialize() is lazy.materialize()
 
 
-def test_warm_cache_run_builds_nothing_and_gives_the_same_vectors(weights_file, tmp_path):
-    spec = f"capscore-test-tiny/{weights_file}"
+def test_warm_cache_run_builds_nothing_and_gives_the_same_vectors(tiny_weights_file, tmp_path):
+    spec = f"capscore-test-tiny/{tiny_weights_file}"
     cache = tmp_path / "emb"
     cold = Encoder(load_backbone(spec, lazy=True), cache=cache)
     want = cold.encode_texts(["a red cube", "two blue balls"])
@@ -58,14 +47,14 @@ def test_warm_cache_run_builds_nothing_and_gives_the_same_vectors(weights_file, 
     assert torch.allclose(new, cold.encode_texts(["a green cone"]), atol=1e-6)
 
 
-def test_changed_weights_file_or_recipe_is_a_real_load(weights_file):
-    spec = f"capscore-test-tiny/{weights_file}"
+def test_changed_weights_file_or_recipe_is_a_real_load(tiny_weights_file):
+    spec = f"capscore-test-tiny/{tiny_weights_file}"
     load_backbone(spec, lazy=True)
     assert isinstance(load_backbone(spec, lazy=True), LazyBackbone)
     assert not isinstance(load_backbone(spec, lazy=True, dtype="bf16"), LazyBackbone)  # another recipe
     assert not isinstance(load_backbone(spec, lazy=True, context_length=16), LazyBackbone)
-    st = weights_file.stat()
-    os.utime(weights_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # touched: another key
+    st = tiny_weights_file.stat()
+    os.utime(tiny_weights_file, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # touched: another key
     assert not isinstance(load_backbone(spec, lazy=True), LazyBackbone)
     assert isinstance(load_backbone(spec, lazy=True), LazyBackbone)
 
@@ -80,8 +69,8 @@ def test_random_weights_and_lazy_false_always_build():
     assert not isinstance(load_backbone("scenes-tiny"), LazyBackbone)
 
 
-def test_a_stale_entry_is_refused_and_forgotten(weights_file):
-    spec = f"capscore-test-tiny/{weights_file}"
+def test_a_stale_entry_is_refused_and_forgotten(tiny_weights_file):
+    spec = f"capscore-test-tiny/{tiny_weights_file}"
     load_backbone(spec, lazy=True)
     table = json.loads(lz.facts_file().read_text())
     (key, raw), = table.items()
@@ -96,8 +85,8 @@ def test_a_stale_entry_is_refused_and_forgotten(weights_file):
     assert not isinstance(load_backbone(spec, lazy=True), LazyBackbone)  # the next run loads for real
 
 
-def test_a_damaged_facts_file_is_only_a_miss(weights_file):
-    spec = f"capscore-test-tiny/{weights_file}"
+def test_a_damaged_facts_file_is_only_a_miss(tiny_weights_file):
+    spec = f"capscore-test-tiny/{tiny_weights_file}"
     lz.facts_file().parent.mkdir(parents=True, exist_ok=True)
     lz.facts_file().write_text("{not json")
     assert not isinstance(load_backbone(spec, lazy=True), LazyBackbone)
