@@ -29,6 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from capscore.backbones import hashcache
 from capscore.errors import CapscoreError
 
 # What a LazyBackbone answers without building: JSON-able attributes read on a warm run.
@@ -39,9 +40,7 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # capscore/
 
 
 def facts_file() -> Path:
-    from capscore.backbones.hashcache import cache_file
-
-    return cache_file().with_name("backbones.json")
+    return hashcache.cache_file().with_name("backbones.json")
 
 
 def code_files() -> list[Path]:
@@ -72,10 +71,8 @@ def _versions() -> str:
 
 def facts_key(files: Sequence[Path], recipe: str) -> str | None:
     """The key the facts of a load are remembered under; None when a file cannot be read."""
-    from capscore.backbones.hashcache import file_fingerprint, source_key
-
-    fp = file_fingerprint([*files, *code_files()])
-    return None if fp is None else source_key(fp, f"lazy|{recipe}|{_versions()}")
+    fp = hashcache.file_fingerprint([*files, *code_files()])
+    return None if fp is None else hashcache.source_key(fp, f"lazy|{recipe}|{_versions()}")
 
 
 def facts_of(bb) -> dict:
@@ -83,9 +80,7 @@ def facts_of(bb) -> dict:
 
 
 def remembered(key: str) -> dict | None:
-    from capscore.backbones.hashcache import lookup
-
-    raw = lookup(key, path=facts_file())
+    raw = hashcache.lookup(key, path=facts_file())
     try:
         facts = json.loads(raw) if raw else None
     except ValueError:
@@ -94,9 +89,7 @@ def remembered(key: str) -> dict | None:
 
 
 def remember(key: str, bb) -> None:
-    from capscore.backbones.hashcache import remember as put
-
-    put(key, json.dumps(facts_of(bb)), path=facts_file())
+    hashcache.remember(key, json.dumps(facts_of(bb)), path=facts_file())
 
 
 class LazyBackbone:
@@ -120,9 +113,7 @@ class LazyBackbone:
                 if self._real is None:
                     bb = self._build()
                     if bb.identity != self._facts["identity"]:
-                        from capscore.backbones.hashcache import remember as put
-
-                        put(self._key, None, path=facts_file())
+                        hashcache.remember(self._key, None, path=facts_file())  # forget it
                         raise CapscoreError(
                             f"{self._facts['spec']}: the model built now is not the one remembered for this "
                             f"weights file and code ({facts_file()}), so vectors read from the cache this run may "
