@@ -177,6 +177,23 @@ def test_packed_words_equal_each_phrase_encoded_alone(tiny_backbone, monkeypatch
     assert 0 < packed_tokens < whole_tokens  # the point: fewer tokens through the tower
 
 
+def test_packed_prefixes_share_their_leading_tokens(tiny_backbone, monkeypatch):
+    """ABE's A⁻ prefixes ("red small", "red large wooden") start like A⁺ ones ("red"): one row holds
+    each leading token once, and every phrase still gets its own features."""
+    items = [("red", "ball"), ("red small", "ball"), ("red small", "cube"), ("red large wooden", "cube"),
+             ("blue", "cube"), ("", "ball")]
+    rows = []
+    real = tiny_backbone.forward_packed_texts
+    monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda ids, *a: rows.append(ids) or real(ids, *a))
+    got = Encoder(tiny_backbone).words_in_context(items)
+    for (prefix, word), v in zip(items, got):
+        assert (v - _word_by_hand(tiny_backbone, prefix, word)).abs().max() <= 1e-6, (prefix, word)
+    inner = lambda s: tiny_backbone.tokenize([s])[0][1:-1]  # noqa: E731
+    trie = {tuple(inner(p)[:k]) for p, _ in items for k in range(1, len(inner(p)) + 1)}
+    assert len(rows) == 1 and int((rows[0] != tiny_backbone.pad_id).sum()) == 1 + len(trie) + sum(
+        len(inner(w)) for _, w in items)  # start token + trie nodes + every word's tokens
+
+
 def test_words_in_context_without_packing_encode_whole_phrases(tiny_backbone, monkeypatch):
     monkeypatch.setattr(tiny_backbone, "supports_packed_text", False)
     monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda *a: pytest.fail("packed without support"))

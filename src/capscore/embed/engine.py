@@ -257,10 +257,11 @@ class Encoder:
         alone for an empty prefix); (token_dim,) float32 each, in input order.
 
         This is ABE-CLIP's phrase feature. On a causal tower the word's tokens see only the
-        start token, the prefix and themselves, so texts that share a prefix are *packed*:
-        one row holds the start token, then per prefix its tokens once and every word after
-        it, each word masked to see the start token, its prefix and its own tokens at the
-        positions it has in its own text, and no end token (nothing before it depends on it).
+        start token, the prefix and themselves, so texts are *packed*: one row holds the start
+        token, then the prefixes as a token trie (a prefix's leading tokens shared with another
+        prefix in the row are there once) with every word under its prefix, each token masked to
+        see only the tokens of its own text before it, at the positions it has there, and no end
+        token (nothing before it depends on it).
         The result is the text's own encoding, up to float summation order (≤ 1e-6), at a
         fraction of the tokens. Backbones without ``supports_packed_text``, and texts whose
         tokens are not prefix tokens + word tokens, or that would not fit the context, are
@@ -316,7 +317,13 @@ class Encoder:
     packed_row_tokens = 64  # tokens per packed row (a row longer only for one prefix + word that needs it)
 
     def _packed_forward(self, items: list[tuple[int, list[int], list[int]]], sot: int):
-        """Yield (index, F) for (index, prefix ids, word ids) items; see :meth:`words_in_context`."""
+        """Yield (index, F) for (index, prefix ids, word ids) items; see :meth:`words_in_context`.
+
+        Each row is a token trie rooted at the start token: a prefix token is added once per row
+        under the longest of its leading prefix tokens already there (so "red", "red small" and
+        "red large" share "red"), a word's tokens hang under its whole prefix, and every token
+        attends to itself and its ancestors only, at its depth as position. That is exactly the
+        causal view each token has in its own text."""
         bb = self.backbone
         groups: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
         for i, pre, wt in items:
@@ -324,29 +331,29 @@ class Encoder:
         rows: list[dict] = []
 
         def new_row():
-            rows.append({"ids": [sot], "pos": [0], "grp": [-1], "seg": [-1], "out": []})
+            rows.append({"ids": [sot], "pos": [0], "parent": [-1], "nodes": {(): 0}, "out": []})
             return rows[-1]
 
-        row, gid, sid = new_row(), 0, 0
-        for pre, members in groups.items():
-            open_prefix = False
-            for i, wt in members:
-                need = len(wt) + (0 if open_prefix else len(pre))
-                if len(row["ids"]) > 1 and len(row["ids"]) + need > self.packed_row_tokens:
-                    row, open_prefix = new_row(), False
-                if not open_prefix:  # the prefix's tokens, once per row
-                    gid += 1
-                    row["ids"] += pre
-                    row["pos"] += range(1, len(pre) + 1)
-                    row["grp"] += [gid] * len(pre)
-                    row["seg"] += [-1] * len(pre)
-                    open_prefix = True
-                sid += 1
+        def add(row, token: int, parent: int) -> int:
+            row["ids"].append(token)
+            row["pos"].append(row["pos"][parent] + 1)
+            row["parent"].append(parent)
+            return len(row["ids"]) - 1
+
+        row = new_row()
+        for pre in sorted(groups):  # prefixes with the same leading tokens side by side
+            for i, wt in groups[pre]:
+                k = len(pre)
+                while pre[:k] not in row["nodes"]:  # the longest leading part already in the row
+                    k -= 1
+                if len(row["ids"]) > 1 and len(row["ids"]) + len(pre) - k + len(wt) > self.packed_row_tokens:
+                    row, k = new_row(), 0
+                node = row["nodes"][pre[:k]]
+                for j in range(k, len(pre)):
+                    node = row["nodes"][pre[: j + 1]] = add(row, pre[j], node)
                 start = len(row["ids"])
-                row["ids"] += wt
-                row["pos"] += range(len(pre) + 1, len(pre) + 1 + len(wt))
-                row["grp"] += [gid] * len(wt)
-                row["seg"] += [sid] * len(wt)
+                for t in wt:
+                    node = add(row, t, node)
                 row["out"].append((i, start, len(row["ids"])))
         rows.sort(key=lambda r: len(r["ids"]))
         budget = self.text_token_budget
@@ -360,17 +367,16 @@ class Encoder:
                 L = len(batch[-1]["ids"])
                 ids = torch.full((len(batch), L), bb.pad_id, dtype=torch.long)
                 pos = torch.zeros((len(batch), L), dtype=torch.long)
-                grp = torch.full((len(batch), L), -2, dtype=torch.long)  # padding: a group of its own
-                seg = torch.full((len(batch), L), -2, dtype=torch.long)
+                allowed = np.zeros((len(batch), L, L), dtype=bool)
+                allowed[:, np.arange(L), np.arange(L)] = True  # padding sees only itself
                 for j, r in enumerate(batch):
                     n = len(r["ids"])
                     ids[j, :n], pos[j, :n] = torch.tensor(r["ids"]), torch.tensor(r["pos"])
-                    grp[j, :n], seg[j, :n] = torch.tensor(r["grp"]), torch.tensor(r["seg"])
-                gq, gk = grp[:, :, None], grp[:, None, :]  # (query j, key i)
-                sq, sk = seg[:, :, None], seg[:, None, :]
-                allowed = (gk == -1) | ((gk == gq) & (gk >= 0) & ((sk == -1) | (sk == sq)))
-                allowed &= torch.ones(L, L, dtype=torch.bool).tril()
-                allowed |= torch.eye(L, dtype=torch.bool)
+                    a = allowed[j]
+                    for q, parent in enumerate(r["parent"]):  # ancestors come first: a[parent] is final
+                        if parent >= 0:
+                            a[q] |= a[parent]
+                allowed = torch.from_numpy(allowed)
                 tok = F.normalize(bb.forward_packed_texts(ids, pos, allowed).float(), dim=-1).cpu()
                 for j, r in enumerate(batch):
                     for i, a, b in r["out"]:

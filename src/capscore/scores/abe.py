@@ -93,9 +93,9 @@ Choices the paper leaves open (and what capscore does)
   class token excluded; K is capped at the number of patches.
 
 Every F(A, obj) is requested once per call for all captions together
-(:meth:`capscore.embed.Encoder.words_in_context`: on a causal tower the phrases that
-share an attribute prefix are packed into one row, the prefix encoded once and no end
-token, which gives each phrase's own features) and kept in the engine's feature cache
+(:meth:`capscore.embed.Encoder.words_in_context`: on a causal tower the phrases are packed
+into rows where attribute prefixes with the same leading tokens share them, each token masked
+to its own phrase's causal view and no end token, which gives each phrase's own features) and kept in the engine's feature cache
 (persistent and byte-bounded with an on-disk cache); every image is encoded once, one forward
 giving its global vector (persistent cache) and its patch tokens
 (``Encoder.image_patches``, or ``encode_images(..., patches=True)`` when the caller
