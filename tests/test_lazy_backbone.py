@@ -10,6 +10,7 @@ import torch
 
 from capscore.backbones import load_backbone
 from capscore.backbones import lazy as lz
+from capscore.backbones.base import Backbone
 from capscore.backbones.lazy import LazyBackbone
 from capscore.embed import Encoder
 from capscore.errors import CapscoreError
@@ -21,6 +22,7 @@ def test_second_load_is_a_stand_in_with_the_real_facts(tiny_weights_file):
     assert not isinstance(real, LazyBackbone)  # nothing remembered yet: a real load, whose facts are kept
     lazy = load_backbone(spec, lazy=True)
     assert isinstance(lazy, LazyBackbone) and not lazy.built
+    assert isinstance(lazy, Backbone)  # API code that checks for a backbone accepts the stand-in
     for name in lz.FACTS:
         assert getattr(lazy, name) == getattr(real, name), name
     assert not lazy.built  # reading the facts built nothing

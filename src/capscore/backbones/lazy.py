@@ -93,7 +93,9 @@ def remember(key: str, bb) -> None:
 
 
 class LazyBackbone:
-    """Stands in for a :class:`~capscore.backbones.base.Backbone` until its model is needed (see module)."""
+    """Stands in for a :class:`~capscore.backbones.base.Backbone` until its model is needed (see module).
+
+    Registered as a virtual subclass of ``Backbone``: ``isinstance(x, Backbone)`` holds for it."""
 
     def __init__(self, facts: dict, build: Callable[[], object], key: str):
         object.__setattr__(self, "_facts", dict(facts))
