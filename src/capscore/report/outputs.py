@@ -2,6 +2,7 @@
 not one of the inputs. ``name`` is how the caller's user knows the path (a parameter, or a flag)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from capscore.errors import CapscoreError
@@ -19,15 +20,19 @@ def output_dir(path: str | Path, name: str = "out") -> Path:
     return out
 
 
-def output_file(path: str | Path, name: str = "out") -> Path:
-    """Refuse a folder, make sure the parent folder exists and is writable -> the file's path."""
+def output_file(path: str | Path, name: str = "out", *, what: str = "a file") -> Path:
+    """Refuse a folder, make sure the parent folder exists and is writable -> the file's path.
+
+    ``what`` says what ``name`` should name, for the message on a folder ("a .jsonl or .csv file")."""
     out = Path(path).expanduser()
     if out.is_dir():
-        raise CapscoreError(f"{name} {out}: is a folder; {name} names a file here")
+        raise CapscoreError(f"{name} {out}: is a folder; {name} names {what} here")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CapscoreError(f"{name} {out}: cannot create its folder ({e.strerror or e})") from None
+    if not os.access(out.parent, os.W_OK):
+        raise CapscoreError(f"{name} {out}: the folder {out.parent} is not writable")
     return out
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from capscore._optional import require
 from capscore.errors import CapscoreError, InputError
+from capscore.report.outputs import output_file
 
 #: ``model`` and ``metric`` record in every row what produced its score, so ``--resume`` can refuse to
 #: mix metrics or models even when the summary file next to the output was lost.
@@ -354,14 +355,7 @@ def open_writer(path: str | os.PathLike, *, resume: bool = False, overwrite: boo
     """
     path = Path(path)
     fmt = output_format(path)
-    if path.is_dir():
-        raise CapscoreError(f"--out {path} is a folder; give a .jsonl, .csv or .parquet file")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CapscoreError(f"--out {path}: cannot create its folder ({e.strerror or e})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise CapscoreError(f"--out {path}: the folder {path.parent} is not writable")
+    path = output_file(path, "--out", what="a .jsonl, .csv or .parquet file")
     lock = OutputLock(path)
     try:
         writer, prior = _open_locked(path, fmt, resume=resume, overwrite=overwrite, run=run, lock=lock,
