@@ -17,6 +17,8 @@ Results go to ``$OUT/gpu_check.json`` and ``$OUT/gpu_check.txt`` (``--out`` or `
 
     OUT=/tmp/out python benchmarks/gpu_check.py                      # ~5-8 min on one H100/H200
     python benchmarks/gpu_check.py --images 400 --skip-ray           # quicker
+    python benchmarks/gpu_check.py --device cpu --images 4 --ray-shards 2 --ray-per-shard 10 --batch 16
+                                          # checks on a CPU that the script runs (~13 min on 2 cores)
 """
 from __future__ import annotations
 
@@ -81,7 +83,8 @@ def score_capscore(bb, rows, images_dir: Path, metric: str, batch: int):
     return time.perf_counter() - t, out, enc
 
 
-def torchmetrics_pairs(hf_dir: Path, paths, rows, dtype: torch.dtype, batch_images: int = 64, per_image: int = 5):
+def torchmetrics_pairs(hf_dir: Path, paths, rows, dtype: torch.dtype, device: str, batch_images: int = 64,
+                       per_image: int = 5):
     from torchmetrics.functional.multimodal.clip_score import _clip_score_update
     from transformers import CLIPModel, CLIPProcessor
     from PIL import Image
@@ -99,7 +102,7 @@ def torchmetrics_pairs(hf_dir: Path, paths, rows, dtype: torch.dtype, batch_imag
             out = self.model.get_text_features(input_ids=input_ids, attention_mask=attention_mask)
             return out if isinstance(out, torch.Tensor) else out.pooler_output
 
-    model = Wrapped(CLIPModel.from_pretrained(str(hf_dir)).eval().to("cuda", dtype))
+    model = Wrapped(CLIPModel.from_pretrained(str(hf_dir)).eval().to(device, dtype))
     proc = CLIPProcessor.from_pretrained(str(hf_dir))
     by_name = {p.name: torch.from_numpy(np.array(Image.open(p).convert("RGB"))).permute(2, 0, 1) for p in paths}
     step = batch_images * per_image
@@ -132,13 +135,13 @@ def part_throughput(work: Path, args) -> None:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    bb = load_backbone(arch, seed=0, device="cuda", dtype=dtype)
+                    bb = load_backbone(arch, seed=0, device=args.device, dtype=dtype)
                 score_capscore(bb, rows[:50], work / "images", "clip-s", args.batch)  # warm-up (kernels, cuDNN)
                 t_cap, cap_rows, _ = score_capscore(bb, rows, work / "images", "clip-s", args.batch)
                 cap_cos = torch.tensor([r["score"] / 2.5 for r in cap_rows], dtype=torch.float64)
                 td = torch.float16 if dtype == "fp16" else torch.float32
-                torchmetrics_pairs(hf_dir, paths[:10], rows[:50], td)  # warm-up
-                t_tm, tm_cos = torchmetrics_pairs(hf_dir, paths, rows, td)
+                torchmetrics_pairs(hf_dir, paths[:10], rows[:50], td, args.device)  # warm-up
+                t_tm, tm_cos = torchmetrics_pairs(hf_dir, paths, rows, td, args.device)
                 pos = cap_cos > 0  # capscore reports 2.5*max(cos, 0): compare where cos > 0
                 d = float((cap_cos[pos] - tm_cos[pos]).abs().max()) if pos.any() else float("nan")
                 RESULTS[key] = {"pairs": len(rows), "capscore_pairs_s": len(rows) / t_cap,
@@ -146,7 +149,8 @@ def part_throughput(work: Path, args) -> None:
                 say(f"{key:14s} capscore {len(rows) / t_cap:8.1f} pairs/s   torchmetrics {len(rows) / t_tm:8.1f} "
                     f"pairs/s   capscore x{t_tm / t_cap:.2f}   max|dcos| {d:.1e}")
                 del bb
-                torch.cuda.empty_cache()
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
             except Exception as e:  # noqa: BLE001  (one failed configuration must not lose the others)
                 RESULTS[key] = {"error": repr(e)}
                 say(f"{key}: FAILED {e!r}")
@@ -160,7 +164,7 @@ def part_abe(work: Path, args) -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            bb = load_backbone("ViT-B-32", seed=0, device="cuda", dtype="fp32")
+            bb = load_backbone("ViT-B-32", seed=0, device=args.device, dtype="fp32")
         score_capscore(bb, rows[:20], work / "abe-images", "abe", args.batch)  # warm-up (spaCy, kernels)
         t_abe, abe_rows, _ = score_capscore(bb, rows, work / "abe-images", "abe", args.batch)
         t_clip, _, _ = score_capscore(bb, rows, work / "abe-images", "clip-s", args.batch)
@@ -183,7 +187,7 @@ def part_ray(work: Path, args) -> None:
         pattern = make_shards(work / f"shards{shards}", shards, args.ray_per_shard)
         dest = work / f"ray-out{shards}"
         cmd = [sys.executable, "-m", "capscore.cli", "-q", "score", "--engine", "ray", "--webdataset", pattern,
-               "--model", "ViT-B-32", "--metric", "clip-s", "--device", "cuda", "--dtype", "fp16", "--no-cache",
+               "--model", "ViT-B-32", "--metric", "clip-s", "--device", args.device, "--dtype", "fp16", "--no-cache",
                "--batch-size", str(args.batch), "--out", str(dest)]
         t = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -209,11 +213,14 @@ def main() -> None:
     p.add_argument("--ray-per-shard", type=int, default=1000)
     p.add_argument("--skip-ray", action="store_true")
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_check_out")))
+    p.add_argument("--device", default="cuda", help="cuda (default); cpu only to check that the script runs "
+                   "(with tiny sizes: --images 4 --ray-shards 2 --ray-per-shard 10); its figures mean nothing")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    if not torch.cuda.is_available():
-        raise SystemExit("gpu_check.py needs a CUDA GPU (torch.cuda.is_available() is False)")
-    name = torch.cuda.get_device_name(0)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("gpu_check.py needs a CUDA GPU (torch.cuda.is_available() is False); "
+                         "--device cpu only checks that it runs")
+    name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else "CPU (a smoke run, not a measurement)"
     RESULTS["device"] = {"name": name, "count": torch.cuda.device_count(), "torch": torch.__version__,
                          "cpus": os.cpu_count()}
     say(f"GPU: {name} x{torch.cuda.device_count()}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
