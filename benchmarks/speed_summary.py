@@ -76,6 +76,8 @@ def main() -> None:
     for model, wall in re.findall(r"score 1 pair (\S+)\s+([\d.]+ s) wall", out):
         rows.append((f"one pair, warm cache, {model}", wall, "<= 3 s", lo, hi))
     rows.append(("  of which python -c 'import torch' alone", grab(r"import torch'\s+([\d.]+ s) wall", out), "", lo, hi))
+    for own in re.findall(r"capscore's own share ([\d.]+) s", out)[:1]:
+        rows.append(("  capscore's own share, after import torch (B/32)", f"{own} s", "", lo, hi))
 
     out, _, lo, hi = bench("video_throughput.py")
     rows.append(("video: warm re-run, another metric, vs cold", grab(r"([\d.]+x) wall, [\d.]+x cpu faster", out),

@@ -1,6 +1,7 @@
 """Start-up cost of the ``capscore`` command, with its breakdown (issue: small jobs wait on start-up).
 
-Each figure is a fresh child process (best of ``--repeats``), wall and CPU seconds:
+Each figure is a fresh child process (best of ``--repeats``) running what the ``capscore`` console
+script runs (``cli.main``, then ``cli.exit_fast``), wall and CPU seconds:
 
 * ``--help``, ``--version``, ``models``, an argument error, a model-name typo and a missing
   input file, each with whether torch / open_clip / transformers got imported (target ≤ 0.5 s,
@@ -9,10 +10,16 @@ Each figure is a fresh child process (best of ``--repeats``), wall and CPU secon
   weights-hash cache filled by one earlier run), for ``--model`` (default: random-init ViT-B-32
   saved to a weights file and loaded as ``ViT-B-32/FILE``, the shape of a real checkpoint) and the
   bundled ``scenes-tiny`` (target ≤ 3 s on a quiet 2-core machine);
+* capscore's own share of that warm run: the same command in one process, timed after ``import torch``
+  (median and range over ``--repeats``), which is what capscore adds to torch's import;
 * the breakdown of that warm run, phase by phase in one child: import capscore's CLI, import torch,
   ``load_backbone(lazy=True)`` (a stand-in built from the remembered facts: no open_clip, no model),
   one cached encode; then, for comparison, what the warm run no longer pays: import open_clip (and
   whether it pulled transformers), build + load the model, hash the weights.
+
+Children write and read capscore's ``.pyc`` files, as a default Python does, even where the
+environment sets ``PYTHONDONTWRITEBYTECODE`` (this project's sandbox does; every run would then
+compile capscore's modules again, ~0.1 s); ``--as-env`` keeps the environment's setting.
 
     python benchmarks/startup.py
     python benchmarks/startup.py --model ViT-L-14 --repeats 3
@@ -30,15 +37,21 @@ from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 PROBE = """
-import json, sys
+import atexit, json, sys
 sys.argv = ["capscore"] + json.loads(sys.argv[1])
-from capscore.cli import main
+from capscore import cli
+code = None
+
+def report():  # at exit, which the console script's entry reaches through its atexit handlers too
+    print("PROBE " + json.dumps({"code": code, "torch": "torch" in sys.modules, "open_clip": "open_clip" in sys.modules,
+                      "transformers": "transformers" in sys.modules}), file=sys.stderr, flush=True)
+
+atexit.register(report)
 try:
-    code = main()
+    code = cli.main()
 except SystemExit as e:
     code = e.code
-print("PROBE " + json.dumps({"code": code, "torch": "torch" in sys.modules, "open_clip": "open_clip" in sys.modules,
-                  "transformers": "transformers" in sys.modules}), file=sys.stderr)
+cli.exit_fast(code)  # what the `capscore` console script does after main()
 """
 
 BREAKDOWN = """
@@ -64,9 +77,29 @@ print("BREAKDOWN " + json.dumps({"marks": marks, "hash_s": hash_s, "cached": enc
 """
 
 
+KEEP_BYTECODE_SETTING = False  # --as-env: children inherit PYTHONDONTWRITEBYTECODE
+
+SHARE = """
+import json, sys, time, contextlib, io
+t0 = time.perf_counter()
+import torch
+t1 = time.perf_counter()
+sys.argv = ["capscore"] + json.loads(sys.argv[1])
+from capscore.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        main()
+    except SystemExit:
+        pass
+print("SHARE " + json.dumps({"torch": t1 - t0, "capscore": time.perf_counter() - t1}))
+"""
+
+
 def child(code: str, *args: str) -> tuple[float, float, str]:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if not KEEP_BYTECODE_SETTING:  # as a default Python does: capscore's modules compiled once, then read
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     before = os.times()
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
@@ -85,9 +118,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="ViT-B-32", help="open_clip architecture saved to a weights file (random init)")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--as-env", action="store_true",
+                   help="children inherit PYTHONDONTWRITEBYTECODE (default: they write and read .pyc files, as a "
+                        "default Python does; with it set, every run compiles capscore's modules again, ~0.1 s)")
     args = p.parse_args()
+    global KEEP_BYTECODE_SETTING
+    KEEP_BYTECODE_SETTING = args.as_env
     work = Path(tempfile.mkdtemp(prefix="capscore-startup-"))
-    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs); best of {args.repeats}")
+    no_pyc = bool(os.environ.get("PYTHONDONTWRITEBYTECODE")) and args.as_env
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs); best of {args.repeats}; "
+          f"bytecode cache {'off (PYTHONDONTWRITEBYTECODE)' if no_pyc else 'on'}")
+    child(PROBE, json.dumps(["--version"]))  # the first child writes capscore's .pyc files
 
     def show(name, wall, cpu, out):
         probe = next((json.loads(line[6:]) for line in out.splitlines() if line.startswith("PROBE ")), {})
@@ -127,7 +168,9 @@ torch.save(bb.model.state_dict(), {str(weights)!r})
     print("one pair, warm cache (target <= 3 s on a quiet 2-core machine):")
     wall, cpu, _ = best(args.repeats, "import torch")
     floor = "floor: python -c 'import torch'"
-    print(f"  {floor:34s} {wall:6.2f} s wall {cpu:6.2f} s cpu")
+    print(f"  {floor:34s} {wall:6.2f} s wall {cpu:6.2f} s cpu  (with the interpreter's teardown)")
+    wall, cpu, _ = best(args.repeats, "import os, torch; os._exit(0)")
+    print(f"  {'  the same, without the teardown':34s} {wall:6.2f} s wall {cpu:6.2f} s cpu")
     for spec in (f"{args.model}/{weights}", "scenes-tiny"):
         argv = ["-q", "score", "--model", spec, "--images", str(work / "images"), "--captions",
                 str(work / "captions.json"), "--out", str(work / "out.jsonl"), "--overwrite", "--cache-dir",
@@ -135,6 +178,15 @@ torch.save(bb.model.state_dict(), {str(weights)!r})
         child(PROBE, json.dumps(argv))  # fills the embedding and weights-hash caches
         label = args.model + "/FILE" if spec != "scenes-tiny" else spec
         show(f"score 1 pair {label}", *best(args.repeats, PROBE, json.dumps(argv)))
+        shares = []  # the same run in one process, timed after `import torch`: capscore's own share
+        for _ in range(args.repeats):
+            out = child(SHARE, json.dumps(argv))[2]
+            shares += [json.loads(line[6:]) for line in out.splitlines() if line.startswith("SHARE ")]
+        if shares:
+            own = sorted(x["capscore"] for x in shares)
+            tor = sorted(x["torch"] for x in shares)
+            print(f"      in one process: import torch {tor[len(tor) // 2]:.2f} s (median; {tor[0]:.2f}-{tor[-1]:.2f}), "
+                  f"then capscore's own share {own[len(own) // 2]:.3f} s (median; {own[0]:.3f}-{own[-1]:.3f})")
         wall, cpu, out = child(BREAKDOWN, spec, str(env_cache), str(work / "images" / "a.png"), caption)
         info = next((json.loads(line[10:]) for line in out.splitlines() if line.startswith("BREAKDOWN ")), None)
         if info is None:

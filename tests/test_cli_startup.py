@@ -58,3 +58,46 @@ def test_architecture_names_read_without_open_clip_match_its_list():
     from capscore.backbones.registry import known_architectures
 
     assert known_architectures() == sorted(open_clip.list_models())
+
+
+# ---------------------------------------------------------------- exit without the interpreter's teardown
+EXIT = """
+import atexit, os, sys, threading, time
+import torch  # noqa: F401  (what makes the teardown slow, and the fast exit worth it)
+from capscore.cli import exit_fast
+
+class Finalised:
+    def __del__(self):
+        print("teardown ran", flush=True)
+
+KEEP = Finalised()  # a module global: only the interpreter's teardown finalises it
+atexit.register(lambda: print("atexit ran", flush=True))
+if sys.argv[1] == "thread":  # a non-daemon thread still working: a normal exit waits for it
+    threading.Thread(target=lambda: (time.sleep(0.5), open(sys.argv[2], "w").write("done"))).start()
+print("unflushed", end="")
+exit_fast(3)
+"""
+
+
+@pytest.mark.parametrize("mode", ["fast", "thread", "off"])
+def test_exit_fast_skips_only_the_teardown(mode, tmp_path):
+    """After torch is imported, the console script leaves without Python's teardown (0.5-1 s), but runs the
+    atexit handlers, flushes stdout and keeps the exit code; a live non-daemon thread or CAPSCORE_FAST_EXIT=0
+    means a normal exit."""
+    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    if mode == "off":
+        env["CAPSCORE_FAST_EXIT"] = "0"
+    done = tmp_path / "thread-done"
+    proc = subprocess.run([sys.executable, "-c", EXIT, mode, str(done)], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    assert "unflushed" in proc.stdout and "atexit ran" in proc.stdout
+    assert ("teardown ran" in proc.stdout) == (mode != "fast")
+    assert done.exists() == (mode == "thread")
+
+
+def test_console_script_is_the_fast_exit_entry():
+    from capscore import cli
+
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert 'capscore = "capscore.cli:entry"' in text and callable(cli.entry)
