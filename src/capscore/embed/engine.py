@@ -372,10 +372,10 @@ class Encoder:
                 for j, r in enumerate(batch):
                     n = len(r["ids"])
                     ids[j, :n], pos[j, :n] = torch.tensor(r["ids"]), torch.tensor(r["pos"])
-                    a = allowed[j]
-                    for q, parent in enumerate(r["parent"]):  # ancestors come first: a[parent] is final
+                    sees = allowed[j]
+                    for q, parent in enumerate(r["parent"]):  # ancestors come first: sees[parent] is final
                         if parent >= 0:
-                            a[q] |= a[parent]
+                            sees[q] |= sees[parent]
                 allowed = torch.from_numpy(allowed)
                 tok = F.normalize(bb.forward_packed_texts(ids, pos, allowed).float(), dim=-1).cpu()
                 for j, r in enumerate(batch):

@@ -94,9 +94,10 @@ Choices the paper leaves open (and what capscore does)
 
 Every F(A, obj) is requested once per call for all captions together
 (:meth:`capscore.embed.Encoder.words_in_context`: on a causal tower the phrases are packed
-into rows where attribute prefixes with the same leading tokens share them, each token masked
-to its own phrase's causal view and no end token, which gives each phrase's own features) and kept in the engine's feature cache
-(persistent and byte-bounded with an on-disk cache); every image is encoded once, one forward
+into rows where attribute prefixes with the same leading tokens share them, each token
+masked to its own phrase's causal view and no end token, which gives each phrase's own
+features) and kept in the engine's feature cache (persistent and byte-bounded with an
+on-disk cache); every image is encoded once, one forward
 giving its global vector (persistent cache) and its patch tokens
 (``Encoder.image_patches``, or ``encode_images(..., patches=True)`` when the caller
 checks the images first); the concept pool's vectors are one cached matrix
