@@ -172,17 +172,17 @@ def exit_fast(code: int | None) -> None:
     opens them, and the caches commit every batch. When a non-daemon thread is still alive
     (which a normal exit would wait for), or torch was never imported (nothing to gain), or
     ``CAPSCORE_FAST_EXIT=0``, it exits normally."""
+    import atexit
     import threading
 
     code = 0 if code is None else code
     others = lambda: any(t.is_alive() and not t.daemon for t in threading.enumerate()  # noqa: E731
                          if t is not threading.main_thread())
-    if ("torch" not in sys.modules or others()
+    run_exitfuncs = getattr(atexit, "_run_exitfuncs", None)  # CPython's, undocumented: without it, exit normally
+    if ("torch" not in sys.modules or others() or run_exitfuncs is None
             or os.environ.get("CAPSCORE_FAST_EXIT", "1").strip().lower() in ("0", "false", "no", "off")):
         sys.exit(code)
-    import atexit
-
-    atexit._run_exitfuncs()  # what the interpreter would run first at exit; they are then cleared
+    run_exitfuncs()  # what the interpreter would run first at exit; they are then cleared
     if others():  # a handler started a thread that a normal exit would wait for
         sys.exit(code)
     for stream in (sys.stdout, sys.stderr):
