@@ -233,7 +233,8 @@ def score(
     from capscore.pipeline import ScoreJob, default_metric, iter_rows
 
     models = _names(model, "model")
-    metrics = _names(default_metric(has_refs=refs is not None) if metric is None else metric, "metric")
+    metrics = _names(default_metric(has_refs=refs is not None, models=models) if metric is None else metric,
+                     "metric")
     for m in metrics:
         get_metric(m).formula("image")  # unknown names fail before anything is loaded
     if (len(models) > 1 or len(metrics) > 1) and not as_frame:

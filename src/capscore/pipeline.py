@@ -118,10 +118,15 @@ class ScoreJob:
             raise CapscoreError("ABE-CLIP options (k, p, omega, pool) apply to the metric abe only")
 
 
-def default_metric(*, has_refs: bool, medium: str = "image") -> str:
+def default_metric(*, has_refs: bool, medium: str = "image", models: Sequence = ()) -> str:
     """The metric when none is named: the reference-based one when references are given (RefCLIP-S, whose
-    rows also carry the CLIP-S part as image_score; on videos EMScore(X, V, X*)), else CLIP-S."""
+    rows also carry the CLIP-S part as image_score; on videos EMScore(X, V, X*)), else CLIP-S -- or the
+    SPECS score when every model is a SPECS checkpoint (:func:`capscore.scores.specs.is_specs_checkpoint`)."""
     if not has_refs:
+        from capscore.scores.specs import is_specs_checkpoint
+
+        if medium == "image" and models and all(is_specs_checkpoint(m) for m in models):
+            return "specs"
         return "clip-s"
     return "emscore-ref" if medium == "video" else "refclip-s"
 

@@ -36,7 +36,8 @@ def configure(p) -> None:
     p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]}, COCO captions_*.json, "
                                                   "or JSONL/CSV image, refs")
     add_metric(p, metric_names(), default=None,
-               default_help="refclip-s with references (emscore-ref for videos), else clip-s")
+               default_help="refclip-s with references (emscore-ref for videos), else clip-s, or specs "
+                            "when every --model is a SPECS checkpoint")
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family on images, '' otherwise)")
@@ -85,7 +86,8 @@ def job_from_args(args):
                                           "--images": args.images or args.videos})
         source = CaptionFiles(args.images or args.videos, args.captions, args.refs, medium=medium)
     has_refs = bool(args.refs or getattr(args, "refs_column", None))
-    metrics = tuple(args.metric) if args.metric else (default_metric(has_refs=has_refs, medium=medium),)
+    metrics = tuple(args.metric) if args.metric else (
+        default_metric(has_refs=has_refs, medium=medium, models=args.model),)
     _check_medium(metrics, medium)
     abe = abe_options(args)
     if abe and "abe" not in metrics:

@@ -188,6 +188,7 @@ def _load_families() -> None:
     # each family registers its rows when imported; importing them here keeps one entry point
     import capscore.scores.clipscore  # noqa: F401  (CLIP-S, RefCLIP-S, PAC-S, RefPAC-S, MCS; EMScore on videos)
     import capscore.scores.abe_metric  # noqa: F401, I001
+    import capscore.scores.specs  # noqa: F401, I001  (SPECS)
     try:
         import capscore.scores.classic  # noqa: F401  (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE)
     except ModuleNotFoundError as e:
