@@ -68,41 +68,9 @@ def test_specificity_min_steps_skips_images_from_the_image_mean_only_and_counts_
     assert r.pos.triplets == pytest.approx(5 / 6) and r.neg.triplets == pytest.approx(4 / 5)  # still every triplet
 
 
-def test_specificity_reference_variant_by_hand():
-    prefix = [
-        [0.20, 0.25, 0.24, 0.30, 0.0, 0.0],  # zero padding -> K = 4; last step dropped: up, down
-        [0.10, 0.20, 0.30],  # K = 3 < 4 -> skipped
-        [0.1, 0.2, 0.3, 0.4, 0.5],  # K = 5 -> steps 1..3: up, up, up
-        [0.3, 0.0, 0.5, 0.5, 0.7],  # 4 positive scores -> K = 4 (the 0.0 stays a value): up, up
-    ]
-    wrong = [
-        [0.19, 0.26, 0.20, 0.0, 0.0],  # kept steps: 0.20 > 0.19 yes, 0.25 > 0.26 no
-        [0.05, 0.1],
-        [0.05, 0.25, -0.1, 0.3],  # yes, no, (-0.1 <= 0: no score)
-        [0.1, 0.1, 0.1, 0.1],  # kept steps: 0.3 > 0.1 yes, 0.0 > 0.1 no
-    ]
-    r = M.specificity_rates(prefix, wrong, variant="reference")
-    # pos: chain 1 up/down, chain 3 up/up/up, chain 4 (0.3 -> 0.0 down, 0.0 -> 0.5 up)
-    assert r.pos.triplets == pytest.approx(5 / 7) and r.pos.images == pytest.approx((1 / 2 + 1 + 1 / 2) / 3)
-    assert r.pos.n_images == 3 and r.pos.n_skipped == 1
-    # neg: chain 1 yes/no, chain 3 yes/no (third: no score), chain 4 yes/no
-    assert r.neg.triplets == pytest.approx(3 / 6) and r.neg.images == pytest.approx(0.5)
-    assert r.neg.n_triplets == 6 and r.neg.n_skipped == 1
+def test_specificity_unknown_variant_is_refused():
     with pytest.raises(Exception, match="'variant' parameter"):
-        M.specificity_rates(prefix, wrong, variant="paper")
-
-
-def test_specificity_reference_variant_counts_positive_scores_not_the_first_non_positive():
-    # the reference compute_increments: n = number of positive stored scores (4 here), first n prefixes, last
-    # step dropped -> prefixes 0.2, -0.01, 0.25: steps 0.2 -> -0.01 (down), -0.01 -> 0.25 (up) -> SR_pos 1/2;
-    # wrong 0.1, 0.3 against 0.2, -0.01: 0.2 > 0.1 yes, -0.01 > 0.3 no -> SR_neg 1/2
-    r = M.specificity_rates([[0.2, -0.01, 0.25, 0.3, 0.35]], [[0.1, 0.3, 0.2, 0.1]], variant="reference")
-    assert r.pos.images == pytest.approx(0.5) and r.neg.images == pytest.approx(0.5)
-    assert r.pos.triplets == pytest.approx(0.5) and r.neg.triplets == pytest.approx(0.5)
-    assert r.pos.n_images == 1 and r.pos.n_skipped == 0 and r.pos.n_triplets == 2
-    # on chains of positive scores nothing changes: K = 5 -> steps 1..3
-    r = M.specificity_rates([[0.1, 0.2, 0.15, 0.3, 0.4]], [[0.05, 0.3, 0.1, 0.5]], variant="reference")
-    assert r.pos.images == pytest.approx(2 / 3) and r.neg.images == pytest.approx(2 / 3)
+        M.specificity_rates(PREFIX, WRONG, variant="paper")
 
 
 # ------------------------------------------------------------------ LGIP: pairs (reference code) vs captions (eqs. 4-8)

@@ -163,25 +163,33 @@ class SpecificityRates:
         return (self.pos.images + self.neg.images) / 2
 
 
-def reference_chain(prefix: Sequence[float], wrong: Sequence[float]) -> tuple[list[float], list[float]]:
-    """The SPECS reference evaluation's reading of one image's score chain.
+def reference_chain(prefix: Sequence[float], wrong: Sequence[float]) -> tuple[list[float], list[float], list[float]]:
+    """The steps the SPECS reference evaluation counts in one image's score chain.
 
-    The reference ``compute_increments`` (``evaluation/intrinsic/metric.py``) stores each
-    image's scores in a zero-padded array and takes the chain length from the number of
-    *positive* stored scores, whatever their position: with n = that count it keeps the
-    first n prefixes, scores <= 0 among them included as they are, and then drops the
-    last step. So [0.2, -0.01, 0.25, 0.3, 0.35] has n = 4 and keeps the prefixes
-    [0.2, -0.01, 0.25] (2 steps); on a chain of positive scores this is "drop the last
-    step". A wrong score <= 0 is no score (NaN). Returns (prefix scores kept, wrong
-    scores for the steps kept); an image needs K >= 4 prefixes, i.e. >= 2 steps after
-    the drop (enforced by the caller's ``min_steps``).
+    The authors' ``evaluation/intrinsic/scripts/specs.py`` stores, per image, the pairs (s(P_t), s(P_t + d⁻_t))
+    of its prefixes and negative captions in a zero-padded array; there are K prefixes and K − 1 negatives, and
+    the pairs are zipped, so **s(P_K) is never stored**. Its ``compute_increments``
+    (``evaluation/intrinsic/metric.py``) then takes m = the number of stored prefix scores > 0, wherever they
+    stand, and n = m − 1 steps from the start of the stored chain: SR_pos compares s(P_{t+1}) > s(P_t) and
+    SR_neg s(P_t) > s(P_t + d⁻_t), for t = 1..n, scores ≤ 0 inside the chain taken as they are (a prefix score
+    −0.01 is a value; a negative score −0.05 counts as lower). An image with n < 2 is skipped (``n > 1``).
+
+    ``prefix`` = [s(P_1), …, s(P_K)]; ``wrong`` = [s(P_1 + d⁻_1), …] (NaN where no negative exists: the chain
+    stored ends at the first such step, as the zip ends with the shorter list). Returns the n steps as
+    (s(P_t), s(P_{t+1}), s(P_t + d⁻_t)) lists; fewer than 2 steps means the image is skipped.
+    Example: prefixes [.2, .25, .3, .35, −.01] with negatives [.1, .3, .2, .4]: stored [.2, .25, .3, .35],
+    m = 4, n = 3 steps; SR_neg = 2/3 (s(P_5) = −.01 is never read).
     """
-    p = _arr(prefix)
-    k = int((p > 0).sum())  # chain length: the number of positive stored scores
-    p = p[:k]
-    w = _arr(wrong)[: max(k - 1, 0)]
-    w = np.where(w > 0, w, np.nan)
-    return p[:-1].tolist() if k else [], w[:-1].tolist()  # drop the last prefix = the last step
+    p, w = _arr(prefix), _arr(wrong)
+    stored = min(max(len(p) - 1, 0), len(w))
+    finite = np.isfinite(w[:stored])
+    if not finite.all():
+        stored = int(np.argmin(finite))  # the first step without a negative ends the stored chain
+    p, w = p[:stored], w[:stored]
+    n = int((p > 0).sum()) - 1
+    if n < 1:
+        return [], [], []
+    return p[:n].tolist(), p[1 : n + 1].tolist(), w[:n].tolist()
 
 
 def specificity_rates(prefix_scores: Sequence[Sequence[float]], wrong_scores: Sequence[Sequence[float]], *,
@@ -192,31 +200,27 @@ def specificity_rates(prefix_scores: Sequence[Sequence[float]], wrong_scores: Se
     (P_k = units 1..k). ``wrong_scores[i]`` = [s(P_1 + w_1), ..., s(P_{K-1} + w_{K-1})]
     (NaN where no wrong unit exists). Steps: k = 1..K-1.
 
-    ``variant="capscore"`` (default): every step, every image in the triplet-level rate;
-    ``min_steps`` (default 1) for the per-image mean. ``variant="reference"``: the SPECS
-    reference evaluation -- :func:`reference_chain` (chain length = number of positive
-    scores, last step dropped) and images with K < 4 prefixes skipped from both rates (``min_steps`` 2
-    after the drop).
+    ``variant="capscore"`` (default): every step, every image in the triplet-level rate (a step without a wrong
+    score is no SR_neg triplet); ``min_steps`` (default 1) for the per-image mean. ``variant="reference"``: the
+    SPECS reference evaluation's steps (:func:`reference_chain`: s(P_K) never stored, n = number of positive
+    stored prefix scores − 1 steps, scores ≤ 0 inside taken as they are) and images with fewer than
+    ``min_steps`` (default 2, the reference's ``n > 1``) steps skipped from both rates.
     """
     if variant not in SR_VARIANTS:
         from capscore.errors import param_error
 
         raise param_error("variant", "specificity_rates", "'capscore' or 'reference'", variant)
     if variant == "reference":
+        min_steps = 2 if min_steps is None else min_steps
         chains = [reference_chain(p, w) for p, w in zip(prefix_scores, wrong_scores)]
-        prefix_scores = [c[0] for c in chains]
-        wrong_scores = [c[1] for c in chains]
-        min_steps, skip = 2 if min_steps is None else min_steps, True
+        chains = [c if len(c[0]) >= min_steps else ([], [], []) for c in chains]  # kept or skipped as a whole
+        before, after_pos, wrong = ([c[j] for c in chains] for j in range(3))
+        skip = True
     else:
         min_steps, skip = 1 if min_steps is None else min_steps, False
-    before = [list(p)[:-1] for p in prefix_scores]
-    after_pos = [list(p)[1:] for p in prefix_scores]
-    wrong = [list(w)[: len(b)] + [float("nan")] * (len(b) - len(w)) for w, b in zip(wrong_scores, before)]
-    if skip:  # the reference keeps or skips an image as a whole (its chain length decides)
-        keep = [len(b) >= min_steps for b in before]
-        before = [b if k else [] for b, k in zip(before, keep)]
-        after_pos = [a if k else [] for a, k in zip(after_pos, keep)]
-        wrong = [w if k else [] for w, k in zip(wrong, keep)]
+        before = [list(p)[:-1] for p in prefix_scores]
+        after_pos = [list(p)[1:] for p in prefix_scores]
+        wrong = [list(w)[: len(b)] + [float("nan")] * (len(b) - len(w)) for w, b in zip(wrong_scores, before)]
     pos = step_rate(before, after_pos, want_increase=True, min_steps=min_steps, skip_in_triplets=skip)
     neg = step_rate(before, wrong, want_increase=False, min_steps=min_steps, skip_in_triplets=skip)
     return SpecificityRates(pos, neg, variant, len(before))

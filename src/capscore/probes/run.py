@@ -9,7 +9,7 @@ and self-describing (backbone identity, scorer, parameters, seed, source).
 from __future__ import annotations
 
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -280,22 +280,23 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     (eqs. 1-2 as printed: one mean over all N triplets) and per image (the mean of
     per-image rates, as the SPECS reference evaluation computes it), with counts.
 
-    Wrong unit for step k: ``item.wrong_units[k-1]`` when the data has them; otherwise
-    (``variant="capscore"``) a unit of another item's caption drawn uniformly with
-    ``random.Random(f"{seed}|specificity|{id}")``, or (``variant="reference"``) the unit
-    at the same position (k+1) of one other caption drawn with that generator -- the
-    reference evaluation's rule; a step the other caption is too short for has no
-    wrong unit (counted as invalid). ``variant="reference"`` also applies
-    :func:`capscore.probes.metrics.reference_chain` (chain length = the number of positive
-    scores, as the reference ``compute_increments``; last step dropped; K >= 4). ``units``
-    overrides segmentation (scenes give exact units).
+    Wrong unit for the step from P_k: ``item.wrong_units[k-1]`` when the data has them; otherwise
+    (``variant="capscore"``) a unit of another item's caption, not one of this caption's, drawn uniformly
+    with ``random.Random(f"{seed}|specificity|{id}")``; or (``variant="reference"``) the authors' rule
+    (:func:`reference_wrong_units`, their ``data/create_dci.py``): for each step a new other caption, of
+    another image, is drawn with that generator, and its unit at index k-1 (its k-th unit) is used, or its
+    last unit when it has fewer. ``variant="reference"`` also counts the steps the reference evaluation
+    counts (:func:`capscore.probes.metrics.reference_chain`: s(P_K) is never stored, the chain length is
+    the number of positive stored scores; images with fewer than 2 steps skipped). ``units`` overrides
+    segmentation (scenes give exact units); ``grammar`` picks the chunker (:mod:`capscore.probes.segment`;
+    ``"reference"`` is the authors').
 
     The score θ is the pair scorer's: cosine by default, as §3.2 defines θ ("the cosine
-    similarity between the representations of image and text"). The SPECS *metric* is "a
-    version of CLIP-Score" (§4.4); with ``scorer=get_pair_scorer("clip-s")`` every prefix is
-    scored as CLIP-S, by default with CLIPScore's "A photo depicts " prepended (its reference
-    code's prompt; the SPECS paper names no prompt) -- ``get_pair_scorer("clip-s", prefix="")``
-    (``probe --prefix ""``) scores the plain text.
+    similarity between the representations of image and text") and as the authors' evaluation
+    scores (``cosine_similarity`` of the LongCLIP embeddings; the SPECS *metric*, (cos + 1)/2, ranks the same
+    way, but the reference chain length counts positive cosines). With ``scorer=get_pair_scorer("clip-s")``
+    every prefix is scored as CLIP-S, by default with CLIPScore's "A photo depicts " prepended --
+    ``get_pair_scorer("clip-s", prefix="")`` (``probe --prefix ""``) scores the plain text.
     """
     from capscore.probes.segment import detail_units
 
@@ -306,21 +307,21 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     segs = [list(u) for u in units] if units is not None else [
         detail_units(it.caption, max_attached_pps=max_attached_pps, grammar=grammar) for it in items]
     pool = [(i, u) for i, us in enumerate(segs) for u in us]
+    if variant == "reference":
+        drawn = reference_wrong_units(segs, [_image_key(it.image) for it in items],
+                                      [f"{seed}|specificity|{it.id}" for it in items])
     imgs, texts, plan = [], [], []
     for i, (it, us) in enumerate(zip(items, segs)):
         prefixes = [" ".join(us[: k + 1]) for k in range(len(us))]
         wrong = []
-        rng = random.Random(f"{seed}|specificity|{it.id}")
-        if variant == "reference":
-            others_i = [j for j in range(len(segs)) if j != i]
-            other = segs[rng.choice(others_i)] if others_i else []
-        else:
+        if it.wrong_units is None and variant == "capscore":
+            rng = random.Random(f"{seed}|specificity|{it.id}")
             others = [u for j, u in pool if j != i and u not in us]
         for k in range(len(us) - 1):
             if it.wrong_units is not None:
                 w = it.wrong_units[k] if k < len(it.wrong_units) else None
             elif variant == "reference":
-                w = other[k + 1] if k + 1 < len(other) else None
+                w = drawn[i][k]
             else:
                 w = rng.choice(others) if others else None
             wrong.append(None if w is None else f"{prefixes[k]} {w}")
@@ -356,3 +357,45 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     params = {"variant": variant, "min_steps": min_steps, "max_attached_pps": max_attached_pps, "grammar": grammar,
               "units_given": units is not None}
     return _meta(encoder, suite, scorer_name, params, seed, source, rows, summary)
+
+
+def _image_key(image) -> object:
+    """What tells two items' images apart: the file path when there is one, else the object itself."""
+    import os
+    from pathlib import Path
+
+    path = getattr(image, "path", None) if not isinstance(image, (str, os.PathLike)) else image
+    return ("path", str(Path(path))) if path is not None else ("object", id(image))
+
+
+def reference_wrong_units(segs: Sequence[Sequence[str]], image_keys: Sequence, seeds: Sequence[str]
+                          ) -> list[list[str | None]]:
+    """The SPECS authors' negative units (``data/create_dci.py``, ``obtain_neg_splits``), per item and step.
+
+    For item i with units d_1..d_K and each step t = 1..K-1 (the negative of prefix P_t): draw an item
+    uniformly among those of *another image* (``image_keys`` differ) that have units -- a new draw for every
+    step, with ``random.Random(seeds[i])`` -- and take its unit at index t-1 (its t-th unit), or its last unit
+    when it has fewer than t. The authors redraw until the image differs, which is a uniform draw among the
+    other images' captions; an item with no such caption gets None (no negative) for every step instead of
+    their endless redraw.
+    """
+    candidates = [j for j, us in enumerate(segs) if us]
+    per_image = Counter(image_keys[j] for j in candidates)
+    out = []
+    for i, us in enumerate(segs):
+        steps = max(len(us) - 1, 0)
+        if len(candidates) == per_image[image_keys[i]]:  # every caption with units is of this image
+            out.append([None] * steps)
+            continue
+        rng = random.Random(seeds[i])
+        row = []
+        for t in range(steps):
+            while True:  # uniform over the other images' captions (the authors' rejection loop)
+                j = candidates[rng.randrange(len(candidates))]
+                if image_keys[j] != image_keys[i]:
+                    break
+            other = segs[j]
+            row.append(other[min(t, len(other) - 1)])
+        out.append(row)
+    return out
+

@@ -1,0 +1,132 @@
+"""SPECS reference evaluation: the SR bookkeeping of the authors' specs.py / compute_increments and the
+negatives of their data/create_dci.py, against hand computations and an independent re-implementation of
+their logic written here (zero-padded pair arrays, as their evaluation script stores them)."""
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from capscore.probes import metrics as M
+from capscore.probes.formats import ProbeItem
+from capscore.probes.run import reference_wrong_units, run_specificity
+
+
+def authors_rates(prefix_scores, wrong_scores):
+    """What the authors' evaluation prints per image, re-implemented: each image's (prefix, negative) score
+    pairs are zipped into a zero-padded (images, most prefixes, 2) array -- K prefixes, K - 1 negatives, so
+    the last prefix is never stored -- then n = (positive stored prefix scores) - 1; images with n <= 1 are
+    left out; SR_pos = share of the first n steps that rise, SR_neg = share of the first n prefix scores
+    above their negative's."""
+    width = max(len(p) for p in prefix_scores)
+    table = np.zeros((len(prefix_scores), width, 2))
+    for r, (p, w) in enumerate(zip(prefix_scores, wrong_scores)):
+        for c, pair in enumerate(zip(p, w)):
+            table[r, c] = pair
+    pos, neg = [], []
+    for row in table:
+        sim, wrong = row[:, 0], row[:, 1]
+        n = np.count_nonzero(sim > 0) - 1
+        if n > 1:
+            pos.append(np.count_nonzero(np.diff(sim)[:n] > 0) / n)
+            neg.append(np.count_nonzero((sim - wrong)[:n] > 0) / n)
+    return pos, neg
+
+
+def test_the_issue_case_reference_vs_capscore():
+    prefix, wrong = [[0.2, 0.25, 0.3, 0.35, -0.01]], [[0.1, 0.3, 0.2, 0.4]]
+    ref = M.specificity_rates(prefix, wrong, variant="reference")
+    # stored prefixes .2 .25 .3 .35 (s(P_5) never stored): 4 positive -> 3 steps; negatives .1 .3 .2:
+    # .2 > .1 yes, .25 > .3 no, .3 > .2 yes -> 2/3; rises: 3 of 3
+    assert ref.neg.images == pytest.approx(2 / 3) and ref.neg.triplets == pytest.approx(2 / 3)
+    assert ref.neg.n_triplets == 3 and ref.pos.n_triplets == 3 and ref.pos.images == pytest.approx(1.0)
+    assert authors_rates(prefix, wrong) == ([1.0], [pytest.approx(2 / 3)])
+    own = M.specificity_rates(prefix, wrong)  # every step: the fourth compares .35 with -.01 (fall) and .4 (no)
+    assert own.neg.triplets == pytest.approx(0.5) and own.neg.n_triplets == 4
+    assert own.pos.triplets == pytest.approx(0.75) and own.pos.n_triplets == 4
+
+
+def test_reference_scores_at_or_below_zero_are_values():
+    # negatives <= 0 count as lower (0.2 > -0.05, 0.3 > -0.2); a prefix score -0.01 inside the chain is a value
+    r = M.specificity_rates([[0.2, 0.25, 0.3, 0.35, 0.4]], [[-0.05, 0.3, -0.2, 0.1]], variant="reference")
+    assert r.neg.images == pytest.approx(2 / 3) and r.neg.n_triplets == 3
+    # stored .2 -.01 .25 .3: 3 positive -> 2 steps: .2 -> -.01 falls, -.01 -> .25 rises; .2 > .1, -.01 < .3
+    r = M.specificity_rates([[0.2, -0.01, 0.25, 0.3, 0.35]], [[0.1, 0.3, 0.2, 0.1]], variant="reference")
+    assert r.pos.images == pytest.approx(0.5) and r.neg.images == pytest.approx(0.5) and r.pos.n_triplets == 2
+    # 2 positive stored scores -> 1 step -> skipped from both rates, and counted
+    r = M.specificity_rates([[0.2, 0.3, -0.1, -0.2, 0.5]], [[0.1, 0.1, 0.1, 0.1]], variant="reference")
+    assert r.pos.n_images == 0 and r.pos.n_skipped == 1 and r.neg.n_skipped == 1 and np.isnan(r.pos.images)
+
+
+def test_reference_rates_equal_the_authors_logic_on_random_chains():
+    rng = np.random.default_rng(7)
+    prefix, wrong = [], []
+    for _ in range(300):
+        k = int(rng.integers(1, 10))
+        prefix.append(rng.uniform(-0.2, 0.6, k).round(3).tolist())
+        wrong.append(rng.uniform(-0.3, 0.6, k - 1).round(3).tolist())
+    pos, neg = authors_rates(prefix, wrong)
+    r = M.specificity_rates(prefix, wrong, variant="reference")
+    assert len(pos) > 100 and r.pos.n_skipped == len(prefix) - len(pos)
+    np.testing.assert_allclose(r.pos.per_image, pos)
+    np.testing.assert_allclose(r.neg.per_image, neg)
+    assert r.pos.images == pytest.approx(np.mean(pos)) and r.neg.images == pytest.approx(np.mean(neg))
+
+
+# ------------------------------------------------------------------ negatives (create_dci.py)
+def _segs():
+    # item j's units are "u{j}.{t}", so a drawn unit names the caption and the index it came from
+    lengths = [5, 1, 3, 6, 2, 4, 5, 1]
+    return [[f"u{j}.{t}" for t in range(n)] for j, n in enumerate(lengths)]
+
+
+def test_reference_negatives_one_new_other_image_per_step_with_the_last_unit_fallback():
+    segs = _segs()
+    keys = ["a", "b", "c", "d", "e", "f", "a", "g"]  # items 0 and 6 show the same image
+    drawn = reference_wrong_units(segs, keys, [f"s|{i}" for i in range(len(segs))])
+    sources = set()
+    for i, row in enumerate(drawn):
+        assert len(row) == len(segs[i]) - 1  # one negative per step t = 1..K-1
+        for t, unit in enumerate(row):
+            j, idx = (int(x) for x in unit[1:].split("."))
+            assert keys[j] != keys[i]  # another image's caption (never 0 <-> 6)
+            assert idx == min(t, len(segs[j]) - 1)  # its unit at index t-1 of step t, or its last
+            sources.add((i, j))
+    assert len({j for i, j in sources if i == 3}) > 1  # drawn anew for each step
+    assert {j for _, j in sources} == set(range(len(segs)))  # every caption can be drawn
+    assert drawn == reference_wrong_units(segs, keys, [f"s|{i}" for i in range(len(segs))])  # seeded
+
+
+def test_reference_negatives_without_another_image_are_none():
+    assert reference_wrong_units([["x", "y", "z"], ["p", "q"]], ["a", "a"], ["s0", "s1"]) == [[None, None], [None]]
+
+
+def _probe(items, variant, units):
+    """run_specificity with a scorer that scores each text by its CRC-32: the rows show what was scored."""
+    enc = SimpleNamespace(backbone=SimpleNamespace(spec="fake", identity="fake"))
+
+    def scorer(encoder, images, texts):
+        return torch.tensor([zlib.crc32(t.encode()) % 1000 / 1000 - 0.1 for t in texts], dtype=torch.float64)
+
+    return run_specificity(enc, items, scorer=scorer, scorer_name="hash", seed=3, units=units, variant=variant)
+
+
+def test_run_specificity_reference_builds_the_authors_negatives_and_rates():
+    segs = _segs()
+    items = [ProbeItem(f"i{j}", f"img{j % 7}.png", " ".join(us)) for j, us in enumerate(segs)]  # 0 and 7 share
+    res = _probe(items, "reference", segs)
+    prefix, wrong = [], []
+    for row, us in zip(res.rows, segs):
+        assert len(row["wrong"]) == len(us) - 1
+        for t, text in enumerate(row["wrong"]):
+            head, unit = text.rsplit(" ", 1)
+            assert head == " ".join(us[: t + 1])  # P_t + the drawn unit
+            j, idx = (int(x) for x in unit[1:].split("."))
+            assert j % 7 != int(row["id"][1:]) % 7 and idx == min(t, len(segs[j]) - 1)
+        prefix.append(row["prefix_scores"])
+        wrong.append(row["wrong_scores"])
+    pos, neg = authors_rates(prefix, wrong)
+    s = res.summary[0]
+    assert s["variant"] == "reference" and s["sr_pos_images"] == pytest.approx(np.mean(pos))
+    assert s["sr_neg_images"] == pytest.approx(np.mean(neg)) and s["n_images_pos"] == len(pos) >= 3
