@@ -130,3 +130,67 @@ def test_run_specificity_reference_builds_the_authors_negatives_and_rates():
     s = res.summary[0]
     assert s["variant"] == "reference" and s["sr_pos_images"] == pytest.approx(np.mean(pos))
     assert s["sr_neg_images"] == pytest.approx(np.mean(neg)) and s["n_images_pos"] == len(pos) >= 3
+
+
+# ------------------------------------------------------------------ detail units, grammar="reference"
+@pytest.mark.parametrize("caption, units", [
+    # first sentence: no "." before it, so neither the "The" rule nor the leading-preposition rule applies and
+    # the cut before "there" stays; second sentence: led by "In" (any case) without "is"/"are": every cut joins
+    ("To the left of the car there is a box. In the corner, a tall lamp stands next to an old wooden chair.",
+     ["To the left of the car", "there is a box.", "In the corner, a tall lamp stands next to an old wooden chair."]),
+    # no cut before "of", "on", "in": the paper's example (a) comes out as one unit
+    ("A front view of a statue on cement in a park.", ["A front view of a statue on cement in a park."]),
+    # "The dog barks" (3 words since the "." starting with "The") joins what follows; "is" joins the unit before
+    ("The cat sleeps. The dog barks loudly at the mailman, who is standing by the gate.",
+     ["The cat sleeps.", "The dog barks loudly at the mailman", ", who is", "standing", "by the gate."]),
+    # a cut after every "." character, inside a number or an abbreviation too; "..." gives one-dot units
+    ("A 3.5 inch screen sits on the desk... Behind it, Mr. Smith's coffee mug is half empty.",
+     ["A 3.", "5 inch screen sits on the desk.", ".", ".", "Behind it, Mr.", "Smith's coffee mug is", "half empty."]),
+])
+def test_reference_grammar_by_hand(caption, units):
+    from capscore.probes.segment import detail_units
+
+    assert detail_units(caption, grammar="reference") == units
+
+
+def _authors_postprocess(segments: list[str]) -> list[str]:
+    """The authors' post-processing re-implemented on their string form (segments joined with " | ")."""
+    join = set("behind in under on to above left right next up down out of 's is".split())
+    text = (" | ".join(segments) + " |").replace("| . |", ".").replace("| .", ".").replace(". |", ".")
+    i = 0
+    while i < len(text):
+        if text[i] == "|":
+            dot = text.rfind(".", 0, i)
+            since = text[dot + 1 : i - 1].split() if 0 <= dot < i - 2 else []
+            rest = text[i + 2 :]
+            nxt = rest[: rest.find(" ")] if " " in rest else None
+            if ((since and len(since) <= 3 and since[0] == "The") or nxt in join
+                    or (since and since[0].lower() in join and "is" not in since and "are" not in since)):
+                text = text[:i] + text[i + 2 :]
+        i += 1
+    return [c.strip() for c in text.replace(".", ".|").split("|") if c.strip()]
+
+
+def test_reference_grammar_equals_the_authors_string_procedure_on_the_same_chunks():
+    from capscore.probes.segment import _chunk, detail_units, load_parser
+    from capscore.scenes import generate_scenes
+
+    nlp = load_parser()
+    captions = [s.long_caption() for s in generate_scenes(40, seed=5, split="train")] + [
+        "On the table, a red apple is next to a knife. Up in the sky are two birds. The image's left side is dark.",
+        "Out of focus, the background shows trees. The man is holding a cup of tea in his left hand.",
+    ]
+    for caption in captions:
+        segments = []
+        for sent in nlp(caption).sents:
+            toks = [t for t in sent if not t.is_space]
+            cur = []
+            for node in _chunk([t.tag_ for t in toks], "reference"):
+                cur += [t.text for t in toks[node.start : node.end]]
+                if node.label in "npvs":
+                    segments.append(" ".join(cur))
+                    cur = []
+            if cur:
+                segments.append(" ".join(cur))
+        expected = [u.replace(" ", "") for u in _authors_postprocess(segments)]
+        assert [u.replace(" ", "") for u in detail_units(caption, nlp=nlp, grammar="reference")] == expected, caption

@@ -43,9 +43,11 @@ def configure(p) -> None:
     p.add_argument("--ensure-change", action="store_true",
                    help="perturb: draw one word when none was drawn (not in Alg. 1)")
     p.add_argument("--sr-variant", default="capscore", choices=("capscore", "reference"),
-                   help="specificity: every step (default) or the SPECS reference evaluation's chains")
-    p.add_argument("--grammar", default="capscore", choices=("capscore", "paper"),
-                   help="specificity: detail-unit chunk grammar (default capscore's; 'paper' = SPECS App. A)")
+                   help="specificity: every step (default) or the SPECS authors' evaluation (their negatives and "
+                        "SR bookkeeping)")
+    p.add_argument("--grammar", default="capscore", choices=("capscore", "paper", "reference"),
+                   help="specificity: detail-unit chunk grammar (default capscore's; 'paper' = SPECS App. A; "
+                        "'reference' = the SPECS authors' chunker)")
     p.add_argument("--lgip-average", default="pairs", choices=("pairs", "captions"),
                    help="lgip: mean over all pairs (reference code, default) or per caption first (eqs. 4-8)")
     p.add_argument("--mask", default="[MASK]", help="perturb: mask token (default [MASK])")

@@ -3,7 +3,7 @@ Long Image Caption Evaluation", section 4.2 and appendix A).
 
 A caption is cut into *detail units* with POS tags (spaCy, Penn tags) and a chunk
 grammar applied as a cascade on node sequences (NLTK ``RegexpParser`` order: each
-rule sees the chunks of the rules before it). Two grammars (``grammar=``):
+rule sees the chunks of the rules before it). Three grammars (``grammar=``):
 
 ``"paper"`` -- App. A exactly::
 
@@ -27,14 +27,36 @@ the sentence end -- never in a sentence that ends with a period -- and a caption
 verbs, adverbs, numbers and possessives then fall outside every chunk and run on
 into the next unit.
 
+``"reference"`` -- the SPECS authors' chunker (github mbzuai-nlp/SPECS,
+``data/preprocessing/chunk_preprocessing.py``, used by their ``create_dci.py``)::
+
+    NP:     {<DT>?<JJ>*<NN|NNS|NNP|NNPS>+}
+    VP:     {<VB.*><NP|PP|CLAUSE>*}        (only NPs exist when it runs: a verb and its noun objects)
+    PP:     {<IN><NP>}
+    CLAUSE: {<NP><VP>}
+    CONJ:   {<CC><NP|VP|PP|CLAUSE>+}
+
+with its own post-processing instead of the rules below: no cut next to a token that begins or ends
+with "."; then, left to right, a cut is removed when (1) the words since the last "." (kept cuts
+count as words) are one to three and start with "The", (2) the next word is one of
+:data:`REFERENCE_JOIN_WORDS` ("behind in under on to above left right next up down out of 's is",
+case-sensitive), or (3) the words since the last "." start with one of them (any case) and contain
+neither "is" nor "are"; finally every "." character ends a unit, inside a number or an abbreviation
+too ("3.5" -> "3." | "5 ..."). Rules (1) and (3) need a "." before the cut, so they never apply in a
+caption's first sentence. Differences from running the authors' script: spaCy's sentences, tokens and
+tags instead of NLTK's punkt, ``word_tokenize`` and perceptron tagger; and units are spans of the
+caption (its own spacing: "sofa.", "cat's") where theirs re-join tokens with spaces ("sofa .",
+"cat 's"). On the same tokens and tags the units are the authors' (the check against their code:
+``docs/research/specs-detail-units.md``). ``max_attached_pps`` does not apply to it.
+
 A unit closes after each top-level NP, VP, PP or CLAUSE (a CONJ, like loose
 tokens, runs on into the next unit, as in the reference chunker); sentences
 always close a unit. The order NP, VP, PP follows the reference's NLTK cascade,
 where a VP can take noun objects but not prepositional phrases (they are not
 built yet when the VP rule runs).
 
-Then the paper's three rules, which all *merge* (we prefer missed splits to
-wrong ones):
+Then (``capscore`` and ``paper``) the paper's three rules, which all *merge* (we prefer missed
+splits to wrong ones):
 
 1. a sentence-initial noun phrase starting with "The" is not split off;
 2. a prepositional phrase is not split from what precedes it. "of" phrases
@@ -95,7 +117,27 @@ _CASCADE_PAPER = (
     ("p", r"Pn"),
     ("s", r"nv"),
 )
-GRAMMARS = {"capscore": (_CLASS, _CASCADE), "paper": (_CLASS_PAPER, _CASCADE_PAPER)}
+# The authors' chunker (data/preprocessing/chunk_preprocessing.py): JJ exactly, NN.* nouns, VB.* verbs, IN
+# prepositions, CC; its VP takes what exists when it runs (noun phrases), then PP, CLAUSE, CONJ.
+_CLASS_REFERENCE = {
+    "DT": "D", "JJ": "A",
+    **dict.fromkeys(["NN", "NNS", "NNP", "NNPS"], "N"),
+    "IN": "P",
+    **dict.fromkeys(["VB", "VBD", "VBG", "VBN", "VBP", "VBZ"], "V"),
+    "CC": "C",
+}
+_CASCADE_REFERENCE = (
+    ("n", r"D?A*N+"),
+    ("v", r"Vn*"),  # <VB.*><NP|PP|CLAUSE>* ; only NPs exist when it runs
+    ("p", r"Pn"),
+    ("s", r"nv"),
+    ("c", r"C[npvs]+"),
+)
+GRAMMARS = {"capscore": (_CLASS, _CASCADE), "paper": (_CLASS_PAPER, _CASCADE_PAPER),
+            "reference": (_CLASS_REFERENCE, _CASCADE_REFERENCE)}
+#: Words before which the authors' post-processing never splits (case-sensitive), and which, leading a
+#: later sentence (any case), keep it in one unit until "is" or "are" appears.
+REFERENCE_JOIN_WORDS = frozenset("behind in under on to above left right next up down out of 's is".split())
 _CLOSING = set("npvs")
 _CONTENT_POS = {"NOUN", "PROPN", "VERB", "ADJ", "NUM", "PRON", "AUX"}
 
@@ -151,8 +193,11 @@ def detail_unit_spans(caption: str, *, nlp=None, max_attached_pps: int = 1,
     if grammar not in GRAMMARS:
         from capscore.errors import param_error
 
-        raise param_error("grammar", "detail_units", "'capscore' or 'paper' (App. A)", grammar)
+        raise param_error("grammar", "detail_units", "'capscore', 'paper' (App. A) or 'reference' (the authors' "
+                          "chunker)", grammar)
     doc = (nlp or load_parser())(caption)
+    if grammar == "reference":
+        return _reference_spans(caption, doc)
     spans: list[tuple[int, int]] = []
     for sent in doc.sents:
         toks = list(sent)
@@ -230,3 +275,57 @@ def _segment_sentence(toks, max_attached_pps: int, grammar: str = "capscore") ->
             continue
         i += 1
     return segs
+
+
+# ----------------------------------------------------------------------------- the authors' chunker
+def _reference_spans(caption: str, doc) -> list[tuple[int, int]]:
+    """Detail units as the SPECS authors' chunker cuts them (see the module docstring, ``"reference"``)."""
+    words: list[tuple[int, str]] = []  # (character offset, text) of every token that is not whitespace
+    ends: set[int] = set()  # word indices where a chunker segment ends (a "|" before that word)
+    for sent in doc.sents:
+        toks = [t for t in sent if not t.is_space]
+        if not toks:
+            continue
+        base = len(words)
+        words += [(t.idx, t.text) for t in toks]
+        ends |= {base + n.end for n in _chunk([t.tag_ for t in toks], "reference") if n.label in _CLOSING}
+        ends.add(base + len(toks))  # the rest of the sentence is a segment of its own
+    # no cut next to a token that ends or starts with "." (the sentence split below cuts there)
+    bars = sorted(b for b in ends if 0 < b < len(words)
+                  and not (words[b - 1][1].endswith(".") or words[b][1].startswith(".")))
+    kept: list[int] = []
+    for b in bars:
+        if not _reference_joins(words, b, set(kept)):
+            kept.append(b)
+    cuts = {words[b][0] for b in kept} | {i + 1 for i, ch in enumerate(caption) if ch == "."}
+    spans, start = [], 0
+    for cut in sorted(cuts | {len(caption)}):
+        piece = caption[start:cut]
+        if piece.strip():
+            a = start + len(piece) - len(piece.lstrip())
+            spans.append((a, a + len(piece.strip())))
+        start = cut
+    return spans
+
+
+def _reference_joins(words: list[tuple[int, str]], b: int, kept: set[int]) -> bool:
+    """Whether the authors' post-processing removes the cut before word ``b``. ``kept``: the cuts to its left
+    that stay. Their three rules: (1) the words since the last "." (kept cuts count as words) are 1-3 and
+    start with "The"; (2) the next word is one of :data:`REFERENCE_JOIN_WORDS`; (3) the words since the last
+    "." start with one of them (any case) and hold neither "is" nor "are". Rules 1 and 3 need a "." before
+    the cut, so they never apply in a caption's first sentence."""
+    if words[b][1] in REFERENCE_JOIN_WORDS:
+        return True
+    dot = next((k for k in range(b - 1, -1, -1) if "." in words[k][1]), None)
+    if dot is None:
+        return False
+    tail = words[dot][1].rsplit(".", 1)[1]
+    since = [tail] if tail else []
+    for k in range(dot + 1, b):
+        since += ["|", words[k][1]] if k in kept else [words[k][1]]
+    if not since:
+        return False
+    if len(since) <= 3 and since[0] == "The":
+        return True
+    return since[0].lower() in REFERENCE_JOIN_WORDS and "is" not in since and "are" not in since
+
