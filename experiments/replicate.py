@@ -21,8 +21,9 @@ generator, and no test or documentation run uses a seed in that range. An ``--ev
 contains 12345 is refused. Scenes are drawn at the model's input size.
 
 **Pre-registered settings.** :data:`HEADLINE` names, per experiment, the rows that test the paper's
-claim in its printed setting (ABE-CLIP: K = 5, ω = 0.3, P = 5, held-out combinations; SPECS α:β:γ =
-1:8:0.8 with the dynamic margin; PR-MCS and PAC-S: the paper's λ). The table marks them; every other
+claim in its printed setting (ABE-CLIP: K = 5, ω = 0.3, held-out combinations, and P = 5, capscore's choice:
+the paper does not state P; SPECS α:β:γ = 1:8:0.8 with the dynamic margin, measured as the authors'
+evaluation does; PR-MCS and PAC-S: the paper's λ). The table marks them; every other
 row (other K, seen combinations, ×10 doses, Table 5's other weights) is sensitivity.
 
 Experiments (see each function's docstring):
@@ -33,15 +34,17 @@ Experiments (see each function's docstring):
            held-out combinations (``--abe-split train`` for seen ones, a sensitivity check).
 ``lgip``   LGIP E_inv, E_sens and PR overall and per flip type on held-out short captions.
 ``specs``  SPECS: per seed, a LongCLIP stretch + long-caption contrastive start, then SPECS vs an
-           equal-steps contrastive control; SR_pos / SR_neg / mean on held-out long captions whose
-           wrong unit is a controlled false fact.
+           equal-steps contrastive control; SR_pos / SR_neg / mean on held-out long captions as the
+           authors' evaluation computes them (their negatives and SR bookkeeping: the headline), and on
+           a controlled false fact per step.
 ``specs-grid``  SPECS Table 5 at miniature scale: from the same start, SPECS with α:β:γ = 1:8:0.8
            (the paper's), 1:8:0.6, 1:9:0.8, with a fixed ε = 1e-3 instead of the dynamic margin, and
            (not in the paper) 1:8:8, a dose check of the negative term, and 1:8:0.8 with controlled d⁻
            (d⁺ made false about the image instead of another pair's shuffled unit); ``--grid-rows`` picks rows.
 ``prmcs``  PR-MCS: per seed, distil a multilingual student from ``--model``, then fine-tune it in three
            arms (control without the perturbation terms, the paper's λ, ×10) with equal steps; % score
-           drop per language and per perturbation (trains: ``--distill-steps``, ``--train-steps``,
+           drop (the library's Algorithm 1 / Table 2 protocol) per language over the same four kinds,
+           and per perturbation (trains: ``--distill-steps``, ``--train-steps``,
            ``--work``; a finished run is reused, an interrupted one resumed).
 ``pacs``   PAC-S: per seed, from a model that does not know scenes, train on a small real set
            (``--train-scenes``) in three arms (control λ = 0, the paper's λ = 0.05, ×10) with equal
@@ -163,7 +166,7 @@ def abe(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
         rows = [it for it in items if it["kind"] == kind]
         imgs = [images[it["scene"]] for it in rows]
         good_txt, bad_txt = [it["correct"] for it in rows], [it["flawed"] for it in rows]
-        cfg = make_config()  # the paper's defaults: P = 5 neighbours, ω = 0.3, full method
+        cfg = make_config()  # the paper's ω = 0.3 and full method; P = 5 neighbours is capscore's (not stated)
         good = abe_k_sweep(enc, imgs, good_txt, ABE_KS, config=cfg)
         bad = abe_k_sweep(enc, imgs, bad_txt, ABE_KS, config=cfg)
         ids = [it["scene"] for it in rows]
@@ -250,21 +253,38 @@ def _heldout(model: str, seed: int, n: int, eval_seed: int):
     return enc, generate_scenes(n, seed=eval_seed + seed, split="heldout", size=render_size(enc))
 
 
-def _drops_pct(enc, scenes, img, lang: str, seed: int) -> dict[str, Items]:
-    """Per item 100·(s(o) − s(p)) / mean s(o) with s = max(cos, 0) (the CLIP-S clamp; w cancels): the
-    mean over items is the paper's % score drop (Table 2: 1 − mean score(perturbed) / mean score(o))."""
-    from capscore.perturb.prmcs import PERTURBATIONS, perturb
+#: The perturbations every language of the experiment has. Substitution needs critical objects, which the
+#: scenes give as English shape words only (:func:`capscore.probes.scenes.shape_objects`): it is reported for
+#: English on its own, and the languages are compared over these four kinds.
+PRMCS_SHARED_KINDS = ("repetition", "removal", "masking", "jumble")
+PRMCS_SHARED = "4 shared kinds"  # the per-language row: the mean over PRMCS_SHARED_KINDS
 
-    orig = [s.short_caption(lang) for s in scenes]
-    s_o = (img * enc.encode_texts(orig)).sum(-1).clamp(min=0).numpy()
+
+def _drops_pct(enc, scenes, lang: str, seed: int) -> dict[str, Items]:
+    """Per caption and perturbation, 100·(s(o) − s(p)) / mean s(o), s = MCS = 2.5·max(cos, 0) (w cancels), by
+    the library's protocol (:func:`capscore.probes.run.run_perturb`: Algorithm 1 with one seed, no forced
+    change; a caption the perturbation leaves unchanged enters with its own score, one it cannot score --
+    removal of every word -- is left out), so the mean over a kind's items is Table 2's % score drop,
+    100·(1 − mean s(p) / mean s(o)) over the captions that enter. Kinds: :data:`PRMCS_SHARED_KINDS`, plus
+    substitution for English (critical objects: the caption's shape words, as ``scenes-perturb``)."""
+    from capscore.perturb.prmcs import PERTURBATIONS
+    from capscore.probes.formats import ProbeItem
+    from capscore.probes.run import run_perturb
+    from capscore.probes.scenes import shape_objects
+
+    kinds = PERTURBATIONS if lang == "en" else PRMCS_SHARED_KINDS
+    items = []
+    for k, s in enumerate(scenes):
+        cap = s.short_caption(lang)
+        objects = shape_objects(cap) if lang == "en" else None
+        items.append(ProbeItem(str(k), s.render(), cap, lang=lang, objects=objects))
+    rows = [r for r in run_perturb(enc, items, kinds=kinds, seed=seed).rows if r["perturbed_score"] is not None]
     out = {}
-    for kind in PERTURBATIONS:
-        if kind == "substitution" and lang != "en":  # needs nouns (spaCy English)
-            continue
-        pert = [perturb(o, kind, seed=seed + i, ensure_change=True) for i, o in enumerate(orig)]
-        keep = [i for i, p in enumerate(pert) if p.ok]
-        s_p = (img[keep] * enc.encode_texts([pert[i].text for i in keep])).sum(-1).clamp(min=0).numpy()
-        out[kind] = _items(100 * (s_o[keep] - s_p) / max(float(s_o[keep].mean()), 1e-6), keep)  # cluster: the scene
+    for kind in kinds:
+        rs = [r for r in rows if r["kind"] == kind]
+        s_o = np.array([r["score"] for r in rs])
+        s_p = np.array([r["perturbed_score"] for r in rs])
+        out[kind] = _items(100 * (s_o - s_p) / max(float(s_o.mean()), 1e-6), [int(r["id"]) for r in rs])
     return out
 
 
@@ -277,9 +297,10 @@ def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     ``distill`` steps of multilingual distillation (student text tower ← frozen teacher, languages
     de/fr/es/ja + en), then ``steps`` of fine-tuning from that one student in each arm of
     ``PRMCS_ARMS`` (same data, seed and steps). Measured on ``n`` held-out scenes' short captions
-    per language: the % score drop (positive = penalised, the paper's goal) pooled over the five
-    perturbations per language and over the languages per perturbation (substitution: English
-    only); for the teacher, the distilled student and each fine-tuned arm."""
+    per language (:func:`_drops_pct`): the % score drop (positive = penalised, the paper's goal) pooled
+    over the four kinds every language has (:data:`PRMCS_SHARED_KINDS`, so that languages are compared
+    over the same perturbations) and over the languages per kind, and English substitution on its own;
+    for the teacher, the distilled student and each fine-tuned arm."""
     work = Path(TRAIN["work"]) / f"prmcs-s{seed}"
     student = _train("prmcs", spec, work / "distill", seed, TRAIN["distill"], f"distill_steps={TRAIN['distill']}")
     models = {"teacher": spec, "distilled": student}
@@ -290,17 +311,16 @@ def prmcs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
     out = {}
     for name, m in models.items():
         enc, scenes = _heldout(m, seed, n, eval_seed)
-        img = enc.encode_images([s.render() for s in scenes])
         by_kind: dict[str, list] = {}
         for lang in PRMCS_LANGS:
-            drops = _drops_pct(enc, scenes, img, lang, eval_seed + seed)
-            out[f"{name}: {lang}, all perturbations"] = _concat(list(drops.values()))
+            drops = _drops_pct(enc, scenes, lang, eval_seed + seed)
+            out[f"{name}: {lang}, {PRMCS_SHARED}"] = _concat([drops[k] for k in PRMCS_SHARED_KINDS])
             for kind, v in drops.items():
                 by_kind.setdefault(kind, []).append(v)
         for kind, vs in by_kind.items():
-            out[f"{name}: {kind}, all languages"] = _concat(vs)
+            out[f"{name}: {kind}, {'all languages' if kind in PRMCS_SHARED_KINDS else 'en'}"] = _concat(vs)
     for arm in list(PRMCS_ARMS)[1:]:  # same scenes, captions and perturbations as the control: paired
-        _paired(out, arm, next(iter(PRMCS_ARMS)), "control", [f"{lang}, all perturbations" for lang in PRMCS_LANGS])
+        _paired(out, arm, next(iter(PRMCS_ARMS)), "control", [f"{lang}, {PRMCS_SHARED}" for lang in PRMCS_LANGS])
     return out
 
 # ----------------------------------------------------------------------------- SPECS
@@ -347,11 +367,23 @@ def _specs_start(spec: str, seed: int) -> tuple[Path, str]:
 
 
 def _specs_rates(models: dict[str, str], seed: int, n: int, eval_seed: int) -> dict[str, Items]:
-    """SR_pos (adding a true unit raises the score) and SR_neg (adding a false one lowers it) per triplet
-    (SPECS eqs. 1-2), and their mean per image, of each model on ``n`` held-out scenes' long captions
-    with controlled wrong units (:func:`_specificity_items`); and SR_neg with the paper's kind of
-    negative, a unit of another scene's caption. The triplets that count depend only on the
-    captions, so every model is scored on the same items (paired differences are valid)."""
+    """SR_pos (adding a true unit raises the score) and SR_neg (adding a false one lowers it) of each model
+    on ``n`` held-out scenes' long captions (the scene's exact detail units), θ = cosine:
+
+    * the authors' protocol (``SR_* (reference)``, the headline): their negatives (``create_dci.py``: for
+      each step another scene's caption, its unit at the step's index or its last) and their bookkeeping
+      (``specs.py`` / ``compute_increments``: s(P_K) never stored, the first (positive scores − 1) steps,
+      images with fewer than 2 skipped), per image; the mean row is (SR_pos + SR_neg)/2 per image, whose
+      mean is Table 1's "Average". The authors' evaluation scores with the cosine, as here; their SPECS score
+      (cos + 1)/2 orders every pair the same way, but the chain length counts *positive cosines*;
+    * capscore's controlled design (SPECS eqs. 1-2 per triplet, every step): SR_neg with a controlled
+      false fact (:func:`_specificity_items`), the mean of SR_pos and SR_neg per image; and SR_neg with a
+      uniformly drawn unit of another scene's caption.
+
+    Which steps count depends only on the captions and the scores, and the negatives only on the captions
+    and the seed, so every model is scored on the same items (paired differences are valid; a reference
+    row pairs the images both models keep)."""
+    from capscore.probes.metrics import reference_chain
     from capscore.probes.run import run_specificity
 
     out = {}
@@ -382,18 +414,36 @@ def _specs_rates(models: dict[str, str], seed: int, n: int, eval_seed: int) -> d
         pairs = [(float(r["prefix_scores"][k] > w), r["id"]) for r in rows for k, w in enumerate(r["wrong_scores"])
                  if w is not None]
         out[f"{name}: SR_neg, another scene's unit (triplets)"] = _items([v for v, _ in pairs], [i for _, i in pairs])
+        rows = run_specificity(enc, other, units=units, seed=eval_seed + seed, variant="reference").rows
+        rates = {}
+        for r in rows:
+            before, after, wrong = reference_chain(r["prefix_scores"],
+                                                   [np.nan if w is None else w for w in r["wrong_scores"]])
+            if len(before) >= 2:  # the reference's n > 1
+                rates[r["id"]] = (np.mean(np.greater(after, before)), np.mean(np.greater(before, wrong)))
+        ids = list(rates)
+        out[f"{name}: SR_pos (reference)"] = _items([rates[i][0] for i in ids], ids)
+        out[f"{name}: SR_neg (reference)"] = _items([rates[i][1] for i in ids], ids)
+        out[f"{name}: SR mean (reference)"] = _items([sum(rates[i]) / 2 for i in ids], ids)
     return out
 
 
 def _paired(out: dict[str, Items], arm: str, control: str, label: str, metrics) -> None:
     """Add ``{arm} − {label}: {metric}`` = arm minus control per item, for each metric: both were scored
-    on the same items of a seed, so the difference removes the variance the seed's items share."""
+    on the same items of a seed, so the difference removes the variance the seed's items share. The SPECS
+    reference rows hold one item per image that a model keeps (>= 2 counted steps, which depends on its
+    scores): they are paired on the images both models keep."""
     for metric in metrics:
-        out[f"{arm} − {label}: {metric}"] = out[f"{arm}: {metric}"] - out[f"{control}: {metric}"]
+        a, b = out[f"{arm}: {metric}"], out[f"{control}: {metric}"]
+        if metric in SR_REFERENCE:
+            both = np.intersect1d(a.clusters, b.clusters)
+            a, b = a.where(np.isin(a.clusters, both)), b.where(np.isin(b.clusters, both))
+        out[f"{arm} − {label}: {metric}"] = a - b
 
 
+SR_REFERENCE = ("SR_pos (reference)", "SR_neg (reference)", "SR mean (reference)")
 SR_METRICS = ("SR_pos (triplets)", "SR_neg (triplets)", "SR mean (per image)",
-              "SR_neg, another scene's unit (triplets)")
+              "SR_neg, another scene's unit (triplets)") + SR_REFERENCE
 
 
 def specs(spec: str, seed: int, n: int, eval_seed: int) -> dict[str, Items]:
@@ -513,8 +563,8 @@ EXPERIMENTS = {"flips": flips, "abe": abe, "lgip": lgip, "prmcs": prmcs, "specs"
 HEADLINE = {
     "abe": ("swap: full K=5 − global CLIP-S", "swap: full w=0.3 K=5", "swap: global CLIP-S"),
     "lgip": ("E_inv", "E_sens (all)", "PR (all)"),
-    "prmcs": tuple(f"{list(PRMCS_ARMS)[1]} − control: {lang}, all perturbations" for lang in PRMCS_LANGS),
-    "specs": tuple(f"+ SPECS − control: {m}" for m in SR_METRICS[:3]),
+    "prmcs": tuple(f"{list(PRMCS_ARMS)[1]} − control: {lang}, {PRMCS_SHARED}" for lang in PRMCS_LANGS),
+    "specs": tuple(f"+ SPECS − control: {m}" for m in SR_REFERENCE),
     "pacs": (f"{list(PACS_ARMS)[1]} − control: oracle τ-b",),
 }
 TRAINS = frozenset({"prmcs", "specs", "specs-grid", "pacs"})  # every seed trains its own models

@@ -6,7 +6,9 @@ from __future__ import annotations
 import importlib.util
 import math
 import re
+import zlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -108,50 +110,68 @@ def test_smoke_prmcs_trains_each_arm_once_and_reports_percent_drops(tmp_path):
     assert [m.name for m in models] == ["distill", "ft-0.1-0.0-0.0", "ft-0.1-0.05-0.05", "ft-0.1-0.5-0.5"]
     metrics = {ln.split("|")[3].strip() for ln in out.read_text().splitlines() if ln.startswith("| prmcs |")}
     for name in ["teacher", "distilled", *rep.PRMCS_ARMS]:
-        assert {f"{name}: {lang}, all perturbations" for lang in rep.PRMCS_LANGS} <= metrics
-        assert f"{name}: substitution, all languages" in metrics and f"{name}: jumble, all languages" in metrics
+        assert {f"{name}: {lang}, 4 shared kinds" for lang in rep.PRMCS_LANGS} <= metrics
+        assert f"{name}: substitution, en" in metrics and f"{name}: jumble, all languages" in metrics
     stamps = [m.joinpath("model.safetensors").stat().st_mtime_ns for m in models]
     assert rep.main(argv) == 0  # a rerun reuses the finished runs instead of training again
     assert [m.joinpath("model.safetensors").stat().st_mtime_ns for m in models] == stamps
 
 
 class _Enc:
-    """cos(image i, text t) = the number written in t (images are unit vectors e_0)."""
+    """Images are the unit vector e_0; cos(image, text) = a number in [-0.3, 0.9] read from the text's CRC-32."""
+
+    backbone = SimpleNamespace(spec="fake", identity="fake")
+
+    @staticmethod
+    def cos(text: str) -> float:
+        return zlib.crc32(text.encode()) % 1201 / 1000 - 0.3
+
+    def encode_images(self, images):
+        import torch
+
+        return torch.tensor([[1.0, 0.0]] * len(images))
 
     def encode_texts(self, texts):
         import torch
 
-        vals = [float(t.split()[0]) if t.split()[0].replace(".", "").isdigit() else 0.0 for t in texts]
-        return torch.tensor([[v, (1 - v * v) ** 0.5] for v in vals])
+        return torch.tensor([[v, (1 - v * v) ** 0.5] for v in map(self.cos, texts)])
 
 
-def test_percent_drop_is_one_minus_the_ratio_of_mean_scores(monkeypatch):
-    import torch
-
-    import capscore.perturb.prmcs as P
+@pytest.mark.parametrize("lang", ["en", "de"])
+def test_percent_drop_follows_algorithm_1_and_table_2(lang):
+    from capscore.perturb.prmcs import PERTURBATIONS, perturb
+    from capscore.probes.scenes import shape_objects
 
     class Scene:
         def __init__(self, c):
             self.c = c
 
         def short_caption(self, lang):
-            return f"{self.c} a red square"
+            return self.c
 
-    # every perturbation maps the caption to cosine 0.2 (and -0.3 for the last: clamped to 0)
-    def fake(text, kind, **_):
-        v = "-0.3" if text.startswith("0.8") else "0.2"
-        return P.Perturbed(original=text, kind=kind, text=f"{v} x")
+        def render(self):
+            return "image"
 
-    monkeypatch.setattr(P, "perturb", fake)
-    scenes = [Scene(c) for c in ("0.6", "0.4", "0.8")]
-    img = torch.tensor([[1.0, 0.0]] * 3)
-    drops = rep._drops_pct(_Enc(), scenes, img, "de", 0)
-    assert set(drops) == set(P.PERTURBATIONS) - {"substitution"}
-    # mean s(o) = 0.6; mean s(p) = (0.2 + 0.2 + 0) / 3; the paper's % drop = 100 (1 - s(p)/s(o))
-    expected = 100 * (1 - (0.4 / 3) / 0.6)
-    for v in drops.values():
-        assert v.values.mean() == pytest.approx(expected)
-        assert list(v.clusters) == [0, 1, 2]  # each scene is its own cluster
+    captions = ["a red square above a blue circle", "two green stars", "red red", "a circle", "square",
+                "a small yellow triangle to the left of a large purple square", "three blue crosses and a star"]
+    drops = rep._drops_pct(_Enc(), [Scene(c) for c in captions], lang, 31000)
+    kinds = PERTURBATIONS if lang == "en" else rep.PRMCS_SHARED_KINDS
+    assert tuple(drops) == tuple(kinds)  # languages compared over the same four kinds; substitution: English
+    mcs = lambda text: 2.5 * max(_Enc.cos(text), 0.0)  # noqa: E731
+    unchanged = 0
+    for kind in kinds:
+        s_o, s_p, ids = [], [], []
+        for i, c in enumerate(captions):  # Algorithm 1 with one seed, no forced change
+            p = perturb(c, kind, seed=31000, lang=lang, objects=shape_objects(c) if lang == "en" else None)
+            if p.ok or p.unchanged:  # an unchanged caption is emitted as it is: it scores its own score
+                s_o.append(mcs(c))
+                s_p.append(mcs(p.text) if p.ok else mcs(c))
+                ids.append(i)
+                unchanged += p.unchanged
+        # Table 2: 100 (1 - mean s(perturbed) / mean s(original))
+        assert drops[kind].values.mean() == pytest.approx(100 * (1 - np.mean(s_p) / np.mean(s_o)))
+        assert list(drops[kind].clusters) == ids  # each scene is its own cluster
+    assert unchanged > 0  # the case Algorithm 1 keeps (and ensure_change would have changed) is exercised
 
 
 def test_specs_wrong_units_are_false_facts_about_the_image_and_true_units_are_true():
@@ -180,12 +200,14 @@ def test_smoke_specs_trains_a_shared_start_and_two_arms(tmp_path):
     assert sorted(p.parent.name for p in work.glob("specs-s1/*/model.safetensors")) == ["control", "long", "specs"]
     rows = [ln for ln in out.read_text().splitlines() if ln.startswith("| specs |")]
     assert "SR_neg, another scene's unit (triplets)" in rep.SR_METRICS  # the paper's kind of negative too
+    assert set(rep.SR_REFERENCE) <= set(rep.SR_METRICS)  # the authors' protocol: the headline
+    assert rep.HEADLINE["specs"] == tuple(f"+ SPECS − control: {m}" for m in rep.SR_REFERENCE)
+    mean = {r.split("|")[3].strip(): float(r.split("|")[8]) for r in rows if r.split("|")[8].strip() != "nan"}
     for arm in ("stretched + long contrastive (start)", "+ SPECS", "+ contrastive (control)"):
         for metric in rep.SR_METRICS:
-            (row,) = [r for r in rows if r.split("|")[3].strip() == f"{arm}: {metric}"]
-            assert 0.0 <= float(row.split("|")[8]) <= 1.0
-    mean = {r.split("|")[3].strip(): float(r.split("|")[8]) for r in rows}
-    for metric in rep.SR_METRICS:  # paired rows
+            assert 0.0 <= mean.get(f"{arm}: {metric}", 0.0) <= 1.0
+            assert any(r.split("|")[3].strip() == f"{arm}: {metric}" for r in rows)
+    for metric in rep.SR_METRICS[:4]:  # paired rows (the reference rows pair the images both models keep)
         assert mean[f"+ SPECS − control: {metric}"] == pytest.approx(
             mean[f"+ SPECS: {metric}"] - mean[f"+ contrastive (control): {metric}"], abs=2e-3)
 
