@@ -67,3 +67,17 @@ def make_images(tmp_path):
         return paths
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_open_clip():
+    """capscore-test-tiny built by open_clip alone (the same random init as ``load_backbone(..., seed=0)``):
+    (model, preprocess, tokenizer), for expected values computed without capscore's encoder."""
+    import open_clip
+
+    import capscore.backbones.openclip  # noqa: F401  (registers the capscore-test-tiny config with open_clip)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model, _, preprocess = open_clip.create_model_and_transforms("capscore-test-tiny", pretrained=None)
+    return model.eval(), preprocess, open_clip.get_tokenizer("capscore-test-tiny")

@@ -6,12 +6,10 @@ the test) and the formula written out by hand.
 import json
 
 import numpy as np
-import open_clip
 import pytest
 import torch
 from PIL import Image
 
-import capscore.backbones.openclip  # noqa: F401  (registers the capscore-test-tiny config with open_clip)
 from capscore.cli import main
 from capscore.pipeline import default_metric
 from capscore.scores.metric import get_metric
@@ -20,16 +18,8 @@ from capscore.scores.specs import is_specs_checkpoint, specs_score
 MODEL = "capscore-test-tiny"
 
 
-@pytest.fixture(scope="module")
-def ref_model():
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model, _, preprocess = open_clip.create_model_and_transforms(MODEL, pretrained=None)
-    return model.eval(), preprocess, open_clip.get_tokenizer(MODEL)
-
-
-def cosines(ref_model, paths, texts) -> np.ndarray:
-    model, preprocess, tok = ref_model
+def cosines(tiny_open_clip, paths, texts) -> np.ndarray:
+    model, preprocess, tok = tiny_open_clip
     with torch.no_grad():
         im = model.encode_image(torch.stack([preprocess(Image.open(p).convert("RGB")) for p in paths]))
         tx = model.encode_text(tok(list(texts)))
@@ -66,7 +56,7 @@ def test_formula_by_hand_on_unit_vectors():
     assert row.prefix == "" and row.range == (0.0, 1.0) and row.needs() == frozenset({"global"})
 
 
-def test_cli_metric_specs_equals_the_formula_by_hand(tmp_path, data, ref_model, capsys):
+def test_cli_metric_specs_equals_the_formula_by_hand(tmp_path, data, tiny_open_clip, capsys):
     paths, caps = data
     out = tmp_path / "o.jsonl"
     argv = ["score", "--model", MODEL, "--metric", "specs", "--images", paths[0].parent,
@@ -75,12 +65,12 @@ def test_cli_metric_specs_equals_the_formula_by_hand(tmp_path, data, ref_model, 
     # other weights than a SPECS checkpoint: computed, with a warning naming the model
     assert f"{MODEL}#seed=0 does not look like a SPECS checkpoint" in capsys.readouterr().err
     got = _rows(out)
-    cos = cosines(ref_model, paths, caps.values())  # the plain captions: SPECS prepends nothing
+    cos = cosines(tiny_open_clip, paths, caps.values())  # the plain captions: SPECS prepends nothing
     np.testing.assert_allclose([r["score"] for r in got], np.maximum((cos + 1) / 2, 0), atol=1e-5)
     assert {r["metric"] for r in got} == {"specs"}
 
 
-def test_a_specs_checkpoint_is_scored_with_specs_by_default(tmp_path, data, ref_model, specs_ckpt, capsys):
+def test_a_specs_checkpoint_is_scored_with_specs_by_default(tmp_path, data, tiny_open_clip, specs_ckpt, capsys):
     paths, caps = data
     out = tmp_path / "d.jsonl"
     argv = ["score", "--model", f"ckpt:{specs_ckpt}", "--images", paths[0].parent,
@@ -89,13 +79,13 @@ def test_a_specs_checkpoint_is_scored_with_specs_by_default(tmp_path, data, ref_
     assert "SPECS checkpoint" not in capsys.readouterr().err  # the weights the metric is made for: no warning
     got = _rows(out)
     assert {r["metric"] for r in got} == {"specs"}
-    cos = cosines(ref_model, paths, caps.values())
+    cos = cosines(tiny_open_clip, paths, caps.values())
     np.testing.assert_allclose([r["score"] for r in got], (cos + 1) / 2, atol=1e-5)
     # --metric clip-s stays a choice: 2.5·max(cos, 0) of "A photo depicts " + caption
     out2 = tmp_path / "c.jsonl"
     argv[argv.index(out)] = out2
     assert main([str(a) for a in argv[:1] + ["--metric", "clip-s"] + argv[1:]]) == 0
-    cos_p = cosines(ref_model, paths, ["A photo depicts " + c for c in caps.values()])
+    cos_p = cosines(tiny_open_clip, paths, ["A photo depicts " + c for c in caps.values()])
     np.testing.assert_allclose([r["score"] for r in _rows(out2)], 2.5 * np.maximum(cos_p, 0), atol=1e-5)
 
 
