@@ -398,4 +398,3 @@ def reference_wrong_units(segs: Sequence[Sequence[str]], image_keys: Sequence, s
             row.append(other[min(t, len(other) - 1)])
         out.append(row)
     return out
-

@@ -328,4 +328,3 @@ def _reference_joins(words: list[tuple[int, str]], b: int, kept: set[int]) -> bo
     if len(since) <= 3 and since[0] == "The":
         return True
     return since[0].lower() in REFERENCE_JOIN_WORDS and "is" not in since and "are" not in since
-
