@@ -2,8 +2,8 @@
 
 ``capscore scenes eval --by-binding`` splits flip items into *free* ones (the error's new value is nowhere
 in the scene) and *bound* ones (it is on another object, so only binding tells the captions apart). This
-script adds the three measurements behind docs/scenes.md § Perception or binding, all on the same
-evaluation scenes (seed 12345) as ``scenes eval``:
+script adds the three measurements behind docs/research/scenes-training.md § Perception or binding, all on
+the same evaluation scenes (seed 12345) as ``scenes eval``:
 
 1. **global vs local per number of objects**: each flip kind's accuracy with the global cosine (what
    ``scenes eval`` reports) and with ABE-CLIP's local token–patch score (``s_local``, no refinement,

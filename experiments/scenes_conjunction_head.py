@@ -1,7 +1,7 @@
 """Does a supervised conjunction head teach the global image embedding to bind?
 
 The bundled scenes-tiny misses its seen shape and hallucination targets on *bound* items, where only
-knowing which colour sits on which shape tells the captions apart (docs/scenes.md § Perception or
+knowing which colour sits on which shape tells the captions apart (docs/research/scenes-training.md § Perception or
 binding), and the swap-dominant continuation learns swaps only after a long plateau. One reading of that
 plateau: each tower's contrastive gradient for a conjunction is proportional to how far the *other*
 tower already separates it, so neither starts. This script breaks the symmetry on the image side with
@@ -11,12 +11,13 @@ which (shape, colour) pairs are in the scene (6 × 8 = 48 labels, multi-label BC
 scenes-tiny recipe's loss (:func:`capscore.train.scenes_tiny.step`). If the embedding becomes linear in
 conjunctions, the cosine can read them and the text tower's gradient for swaps no longer starts at zero.
 
-Everything else is the swap-dominant continuation of docs/scenes.md ("Binding can be learnt, slowly"):
+Everything else is the swap-dominant continuation of docs/research/scenes-training.md ("Binding can be learnt, slowly"):
 from the bundled model's stage-2 run, FILIP 0.5, image twins 1.0, ``negative_weights=0,0,0,1,0,0``, lr
 7.5e-4, 20 warm-up steps, batch 128, through the one training loop. The head is initialised with
 ``torch.manual_seed(1234)`` and dropped before export: OUT/scenes-tiny.safetensors is a plain
 scenes-tiny-v3 file (evaluate it with ``capscore -q scenes eval --n 500 --by-binding --model
-'ckpt:OUT/scenes-tiny.safetensors#arch=scenes-tiny-v3'``). The result (no faster binding) is in docs/scenes.md.
+'ckpt:OUT/scenes-tiny.safetensors#arch=scenes-tiny-v3'``). The result (no faster binding) is in
+docs/research/scenes-training.md.
 
     python experiments/scenes_conjunction_head.py --out runs/aux/r2 --steps 150 --scale 30
     python experiments/scenes_conjunction_head.py --out runs/aux/r3 --steps 450 --scale 30

@@ -1,8 +1,9 @@
 """Does another read-out of the towers let the global cosine bind?
 
-docs/scenes.md § Perception or binding, "Is the binding there to read?": in the bundled scenes-tiny both
-towers' global embeddings hold which colour sits on which shape, but only a non-linear read-out finds it
-(swap probe, MLP 0.88 / 0.93, linear about 0.6), and the cosine, linear in each embedding, stays at chance.
+docs/research/scenes-training.md § Perception or binding, "Is the binding there to read?": in the bundled
+scenes-tiny both towers' global embeddings hold which colour sits on which shape, but only a non-linear
+read-out finds it (swap probe, MLP 0.88 / 0.93, linear about 0.6), and the cosine, linear in each embedding,
+stays at chance.
 CLIP's global embedding is the class (end-of-text) token times one linear projection. This script swaps
 that read-out and continues training with the scenes-tiny recipe through the one training loop:
 
@@ -22,7 +23,7 @@ The FILIP term reads the tokens as before. Defaults: from the bundled model, sta
 it evaluates in process with the read-out (``capscore scenes eval`` on ``--eval-n`` scenes) and writes
 OUT/eval.json (``--steps 0``: the start model under the read-out); OUT/heads.pt holds the MLP heads
 (``torch.load(weights_only=True)``), OUT/scenes-tiny.safetensors the towers. The results are in
-docs/scenes.md ("A non-linear projection head", "Second-order pooling binds"); each run above
+docs/research/scenes-training.md ("A non-linear projection head", "Second-order pooling binds"); each run above
 took 10–15 min on the 2-core development CPU.
 
     python experiments/scenes_readout.py --out runs/mlp/control --steps 300

@@ -5,8 +5,8 @@ Runs the same recipe steps from the same start without and with the extra ``--se
 (:func:`capscore.train.loop.train`), in ``--rounds`` rounds whose order alternates (whichever runs first in a
 process pays warm-up costs), and prints the mean seconds per step of each (the loop's per-step timer, which
 includes drawing and rendering the micro-batch; first ``--skip`` steps of each run dropped) and the ratio.
-The ratio sizes a run of the setting inside a fixed time budget (docs/scenes.md, "More hard negatives per
-image", "Patch dropout").
+The ratio sizes a run of the setting inside a fixed time budget (docs/research/scenes-training.md, "More hard
+negatives per image", "Patch dropout").
 
 The base settings are ``scenes-tiny-v4``'s stage 2 (``capscore/scenes/MODEL_CARD.md``: FILIP term 0.5,
 image twins 0.5, negative weights 1,3,3,1,1,1, batch 128, lr 7.5e-4) from the bundled ``scenes-tiny-v4``.

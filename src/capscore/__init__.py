@@ -3,9 +3,15 @@
 One-line use (details in docs/api.md)::
 
     import capscore
-    capscore.score(["a.jpg", "b.jpg"], ["a dog on a sofa", "two cats"])            # CLIP-S, scenes-tiny
-    capscore.score(imgs, caps, refs, model="ViT-B-32/openai", metric="refclip-s", as_frame=True)
+    capscore.score(["a.jpg", "b.jpg"], ["a dog on a sofa", "two cats"])    # CLIP-S on ViT-B-32/openai
+    capscore.score(imgs, caps, refs, as_frame=True)                         # RefCLIP-S with its parts
+    capscore.score(imgs, caps, model="scenes-tiny")                         # the bundled model, offline
     capscore.score_frame(df, "image", "caption", refs_col="refs")
+
+The default model is :data:`capscore.pipeline.DEFAULT_MODEL`, ``ViT-B-32/openai`` (the backbone
+CLIP-S was published with; also ``capscore score``'s ``--model`` default); its weights come from the
+model hub once and from the local cache afterwards. The default metric is CLIP-S, or RefCLIP-S when
+``refs`` are given.
 
 ``import capscore`` is light: the API and its dependencies (torch, open_clip)
 are imported on first use.

@@ -164,9 +164,9 @@ def entry() -> None:
 def exit_fast(code: int | None) -> None:
     """End the process with ``code``, skipping the interpreter's teardown once torch is loaded.
 
-    Tearing down a process that imported torch costs 0.5–1 s on a 2-core machine (Python's
-    finalisation of torch's modules and objects, then its C++ static destructors), more than
-    capscore's own share of a warm one-pair run. Before leaving, everything a normal exit does
+    Tearing down a process that imported torch is slow (Python's finalisation of torch's modules
+    and objects, then its C++ static destructors), slower than capscore's own share of a warm
+    one-pair run (``benchmarks/startup.py``). Before leaving, everything a normal exit does
     that can matter is done: the ``atexit`` handlers run (logging flushed, Ray shut down,
     temporary folders removed) and stdout/stderr are flushed. Files are closed by the code that
     opens them, and the caches commit every batch. When a non-daemon thread is still alive

@@ -10,8 +10,9 @@ this stem has none, so an image's embedding never depends on the rest of its bat
 eval modes compute the same function.
 
 Why capscore has it: trained only to classify the shape of single-object scenes, the patchify ViT
-of ``scenes-tiny-v2`` reaches 0.66 held-out accuracy after 200 steps, the same tower with this stem
-0.92 (docs/scenes.md, ``experiments/scenes_shape.py --supervised openclip:scenes-tiny-v3``).
+of ``scenes-tiny-v2`` learns shape far more slowly than the same tower with this stem (the early
+convolutions Xiao et al. argue for; ``experiments/scenes_shape.py --supervised``, measurements in
+docs/research/scenes-training.md).
 
 open_clip's JSON configs cannot express a stem, so the architectures that have one are listed in
 :data:`CONV_STEMS` (open_clip name -> channels of the 3×3 convolutions); every place capscore builds

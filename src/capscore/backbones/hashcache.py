@@ -1,8 +1,8 @@
 """A small cache of weights hashes, keyed by the files the weights were loaded from.
 
 The backbone identity contains a SHA-256 over every parameter
-(:func:`capscore.backbones.base.weights_hash`); for a ViT-B/32 that costs 1–2 s of
-CPU per run, ~3x that for a ViT-L/14. When a loader knows the files the weights came
+(:func:`capscore.backbones.base.weights_hash`), which costs seconds of CPU per run
+for a ViT and grows with the model's size. When a loader knows the files the weights came
 from, the hash is remembered under (each file's resolved path, size and modification
 time in ns, the load recipe: spec, dtype, context length, read-out, capscore/torch/
 open_clip versions) in ``$CAPSCORE_CACHE/weights-hashes.json``. Any change of size or

@@ -58,10 +58,9 @@ not plain interpolation; a shorter context slices the table (exact for
 captions that fit, CLIP's text mask is causal).
 
 Why not open_clip's ``build_model_from_openai_state_dict``: it is the same
-shape inference, but (measured with open_clip 3, see docs/backbones.md) it
-casts the model to float16 *before* loading, so an fp32 checkpoint (PAC-S,
-capscore's own training output) loses precision (max |Δweight| 6.1e-5 on a
-ViT-B-32); it fixes heads to ``width // 64`` (fails on narrow towers such as
+shape inference, but (open_clip 3; docs/backbones.md) it casts the model to
+float16 *before* loading, so an fp32 checkpoint (PAC-S, capscore's own
+training output) loses precision; it fixes heads to ``width // 64`` (fails on narrow towers such as
 ``capscore-test-tiny``: 0 heads, and silently mis-builds registered
 architectures with another head width); it assumes an MLP ratio of 4; and it
 knows neither LongCLIP's ``positional_embedding_res`` nor the 77 → 248

@@ -2,10 +2,11 @@
 
 CLIP's global embedding is one token (the image's class token, the text's end-of-text token) times a
 linear projection, compared by cosine. In capscore's scenes-tiny v3 that embedding does not *bind*: it
-tells "a red star and a blue circle" from "a blue star and a red circle" at chance (docs/scenes.md
-§ Perception or binding), although the tokens hold the binding (probes find it) and word tokens are
-aligned with patch tokens (the FILIP term). Any embedding that is a sum over objects of per-object
-features has this blindness: the sums of {red, star, blue, circle} are the same for both captions.
+tells "a red star and a blue circle" from "a blue star and a red circle" at chance
+(docs/research/scenes-training.md, "Perception or binding"), although the tokens hold the binding
+(probes find it) and word tokens are aligned with patch tokens (the FILIP term). Any embedding that is a
+sum over objects of per-object features has this blindness: the sums of {red, star, blue, circle} are
+the same for both captions.
 
 The **second-order** read-out makes the global embedding the flattened mean outer product of the
 L2-normalised joint-space tokens (bilinear pooling; Lin, RoyChowdhury and Maji, ICCV 2015, "Bilinear
@@ -27,9 +28,9 @@ word tokens, the joint space of ABE-CLIP and ``capscore explain``) stays D. A gl
 no longer share a space, so EMScore's frame–word matching (which compares frame *globals* with word
 tokens) refuses such a backbone with one line.
 
-Measured (docs/scenes.md § Perception or binding, "Second-order pooling binds"): 300 steps of stage 2's
-mix with this read-out after the bundled v3 model lift attribute-swap accuracy from 0.507 to 0.975 and
-shape flips from 0.878 to 0.958 (seen scenes, against the same continuation with CLIP's read-out).
+With this read-out, a short continuation of the v3 model's training makes its global cosine tell
+attribute swaps apart, which the same continuation with CLIP's read-out does not (the measurements:
+docs/research/scenes-training.md, "Second-order pooling binds").
 
 open_clip's JSON configs cannot express a read-out, so architectures that have this one are listed in
 :data:`GLOBAL_READOUTS` (open_clip name -> read-out); every place capscore builds an open_clip model

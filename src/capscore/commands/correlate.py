@@ -68,7 +68,7 @@ def configure(p) -> None:
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore)")
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
-    _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
+    _shards.add_engine_arguments(p, score=False)  # --engine ray
 
 
 def run(args) -> int:

@@ -66,7 +66,7 @@ def configure(p) -> None:
     add_device(p)
     p.add_argument("--batch-size", type=positive_int, default=64)
     p.add_argument("--cache-dir", metavar="DIR", help="persistent embedding cache (default: in memory)")
-    _shards.add_engine_arguments(p, score=False)  # --engine ray (issue 15)
+    _shards.add_engine_arguments(p, score=False)  # --engine ray
 
 
 def run(args) -> int:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from capscore.errors import CapscoreError, InputError
 
-if TYPE_CHECKING:  # scipy (1.5 s to import) only when two systems are compared
+if TYPE_CHECKING:  # scipy (slow to import) only when two systems are compared
     from capscore.meta.significance import SystemTest
 
 

@@ -20,7 +20,7 @@ rule sees the chunks of the rules before it). Three grammars (``grammar=``):
     CLAUSE: {<NP><VP>}
     CONJ:   {<CC><NP|VP|PP|CLAUSE>+}
 
-Why capscore's differs (measured, ``docs/papers.md`` SPECS table): the paper's VP is
+Why capscore's differs (``docs/papers.md``, SPECS table): the paper's VP is
 anchored with ``$`` to the end of the sentence, and when it runs only NPs exist, so
 a verb phrase is chunked only when nothing but noun phrases follows the verb up to
 the sentence end -- never in a sentence that ends with a period -- and a caption's

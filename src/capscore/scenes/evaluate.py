@@ -19,7 +19,7 @@ prompt prefix unless ``prefix`` is given):
   alone, no object), i.e. what the text tower's priors win without looking at the scene. SugarCrepe
   (Hsieh et al., 2023) showed that text-only models beat CLIP on hard negatives whose false captions
   are less plausible text; a flip kind whose accuracy is not above its blind accuracy has not been
-  shown to use the image (scenes-tiny's count and hallucination flips: docs/scenes.md);
+  shown to use the image (docs/scenes.md, "Text priors and minimal pairs");
 * **paired** accuracy for colour, shape, count and attribute-swap flips: the item is won only if the
   scene prefers its correct caption *and* the scene's counterfactual twin (the scene edited so that the
   flawed caption is true of it, :func:`~capscore.scenes.captions.counterfactual`) prefers the flawed
@@ -28,17 +28,17 @@ prompt prefix unless ``prefix`` is given):
   guesses 1/4. Items whose twin cannot be built (no free cell to add an object) are left out
   (``n_paired``);
 * each flip kind's accuracy **by the number of objects in the scene** (``by_objects``: {"1": {"n",
-  "accuracy"}, ...}; ``capscore scenes eval --by-objects`` prints it): where a model's errors sit —
-  scenes-tiny's shape and count flips are perfect on one object and fall with crowding (docs/scenes.md);
+  "accuracy"}, ...}; ``capscore scenes eval --by-objects`` prints it): where a model's errors sit, e.g.
+  whether a kind that is solved on one object falls with crowding;
 * colour, shape, count and hallucination accuracy split into **free** and **bound** items (``by_binding``:
   {"free": {"n", "accuracy"}, "bound": {...}}; ``--by-binding`` prints it, :func:`needs_binding`): an item is
   bound when every value its error introduces is already in the scene on another object (the new colour,
   the new shape, both of a hallucinated object, or the new number as another group's count), so a model
   that reads the scene as a bag of attribute words cannot tell the two captions apart and only binding
   values to objects can — what attribute-swap items test on every item (Yuksekgonul et al. 2023, "When
-  and why vision-language models behave like bags-of-words"). Crowded scenes hold more bound items; on
-  scenes-tiny free items score 0.92–1.00 and bound ones 0.62–0.75, nearer its swap rate of 0.49
-  (docs/scenes.md § Perception or binding).
+  and why vision-language models behave like bags-of-words"). Crowded scenes hold more bound items; a
+  model whose global embedding does not bind scores bound items far below free ones, nearer its swap
+  rate (docs/research/scenes-training.md, "Perception or binding").
 """
 from __future__ import annotations
 

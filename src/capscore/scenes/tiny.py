@@ -11,7 +11,7 @@ architecture ``scenes-tiny``), and the JSON beside it is its training report and
 * ``scenes-tiny-v4``: v3's architecture with a second-order global read-out (the flattened mean outer
   product of the joint-space tokens, :mod:`capscore.backbones.readout`): stage 1 of v3, then a stage 2
   with that read-out. Its global cosine binds attributes to objects, which CLIP's class token does not;
-  it is the model that meets issue 11's flip and retrieval targets (MODEL_CARD.md). ``scenes-tiny`` stays
+  it is the model that meets the flip and retrieval targets of MODEL_CARD.md. ``scenes-tiny`` stays
   the default: a CLIP-like test bed whose global embedding does not bind, the premise of ABE-CLIP and
   of the LGIP probes, and the model every replication in docs/replications.md measured;
 

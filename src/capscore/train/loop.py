@@ -93,10 +93,9 @@ def autocast_dtype(amp: str, device: torch.device) -> torch.dtype | None:
     ``auto`` is what mixed-precision CLIP training does on a GPU (open_clip's ``--precision amp``): bf16
     where the GPU supports it, else fp16 with a GradScaler; on CPU it trains in fp32. ``bf16`` autocasts
     on CPU too: weights, optimizer moments and gradients stay fp32, the towers' matmuls and convolutions
-    run in bf16 (8-bit mantissa), the objectives stay fp32 (:mod:`capscore.train.objectives`). Measured
-    on the 2-core AVX512-BF16 development CPU: 1.47x faster steps for ViT-B-32 at batch 16
-    (``benchmarks/train_amp.py``), but only 1.04x over the whole of the scenes-tiny recipe's stage 2 (its
-    FILIP term, a fifth of the step, stays fp32; docs/train.md).
+    run in bf16 (8-bit mantissa), the objectives stay fp32 (:mod:`capscore.train.objectives`). It pays on
+    CPUs with bf16 units, and least where fp32 objectives such as the FILIP term are a large share of the
+    step (``benchmarks/train_amp.py`` measures it; docs/train.md).
     ``fp16`` needs CUDA (CPU fp16 autocast has no loss scaler here)."""
     if amp not in AMP_MODES:
         raise param_error("amp", "train", " or ".join(map(repr, AMP_MODES)), amp)

@@ -395,9 +395,8 @@ class _TokenWiseMax(torch.autograd.Function):
     gradient is the one autograd gives through ``amax`` except at exact ties (autograd splits a
     tie evenly, this picks one), which have probability zero for float features
     (``tests/test_train_scenes_tiny.py`` checks values and gradients against plain autograd).
-    Measured on the 2-core CPU, forward + backward of the two similarities for 128 images × 144
-    patches against 256 texts of 2–40 tokens: 5.7 s through autograd, 2.1 s here (with
-    :func:`filip_similarity`'s length groups); docs/scenes.md has the per-step numbers."""
+    Why: autograd through ``amax`` keeps the whole cosine tensor for the backward pass; keeping only the
+    arg-maxes makes the FILIP term much cheaper in memory and time (docs/research/docstring-figures.md)."""
 
     BLOCK_ELEMENTS = 1 << 24  # cosines per block (64 MB fp32)
 
