@@ -264,7 +264,7 @@ def test_dense_term_trains_through_the_loop(tmp_path):
 def test_cuda_deterministic_runs_of_the_dense_recipe_are_identical(tmp_path):
     """--deterministic on CUDA: two identical runs of the FILIP recipe with v4's read-out give identical
     losses and weights (without the flag two 60-step runs of v4's stage 2 drifted apart from step 7 on an
-    H200; docs/train.md)."""
+    H200; docs/research/train-amp-and-resume.md)."""
     from safetensors.torch import load_file
 
     def run(out):
