@@ -12,23 +12,13 @@ import math
 from dataclasses import replace
 
 import numpy as np
-import open_clip
 import pytest
 import torch
 from PIL import Image
 
-import capscore.backbones.openclip  # noqa: F401  (registers the capscore-test-tiny config with open_clip)
+from test_cli_score import MODEL, ref_model  # noqa: F401  (open_clip by hand, the same random init)
 
-MODEL = "capscore-test-tiny"
 TEXTS = ["a red square on a blue field", "two small circles", "a red square on a blue field", "x"]
-
-
-@pytest.fixture(scope="module")
-def ref():
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model, _, preprocess = open_clip.create_model_and_transforms(MODEL, pretrained=None)
-    return model.eval(), preprocess, open_clip.get_tokenizer(MODEL)
 
 
 def _unit(x):
@@ -119,13 +109,13 @@ def _check(got, ref, images, frames_dir, missing, base=None):
         assert got["errors"] == base["errors"] and got["raised"] == base["raised"]
 
 
-def test_every_local_variant_gives_the_same_results(ref, inputs, tmp_path):
+def test_every_local_variant_gives_the_same_results(ref_model, inputs, tmp_path):
     images, frames, missing = inputs
     base = None
     for name, build in _variants(tmp_path).items():
         got = _calls(build(), images, frames, missing)
         try:
-            _check(got, ref, images, frames, missing, base)
+            _check(got, ref_model, images, frames, missing, base)
         except AssertionError as e:
             raise AssertionError(f"variant {name!r}: {e}") from None
         base = base or got
@@ -148,7 +138,7 @@ def test_variants_share_the_encodings_defaults(tmp_path):
 
 
 @pytest.mark.slow  # a local Ray cluster (start-up ~10-20 s)
-def test_ray_encoder_gives_the_same_results(ref, inputs, tmp_path):
+def test_ray_encoder_gives_the_same_results(ref_model, inputs, tmp_path):
     ray = pytest.importorskip("ray")
     from capscore.embed.factory import Encoding, make_encoder
     from capscore.engines.ray import RayOptions, ray_encoders
@@ -163,5 +153,5 @@ def test_ray_encoder_gives_the_same_results(ref, inputs, tmp_path):
         assert enc._pool is not None  # the actors computed the missing vectors
     finally:
         ray.shutdown()
-    _check(got, ref, images, frames, missing, base)
+    _check(got, ref_model, images, frames, missing, base)
     assert math.isnan(float(got["with_errors"][1][0]))

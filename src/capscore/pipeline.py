@@ -80,6 +80,7 @@ from typing import Protocol
 
 from capscore.embed.factory import Encoding  # noqa: F401  (the job's Encoding: capscore.pipeline.Encoding)
 from capscore.errors import CapscoreError, InputError, OptionError
+from capscore.report.writers import write_json
 from capscore.scores.metric import EmbeddingBatch, Metric, get_metric
 
 DEFAULT_MODEL = "ViT-B-32/openai"  # CLIP-S's paper backbone (Hessel et al. 2021); offline: --model scenes-tiny
@@ -381,6 +382,13 @@ def _one(values: list):
     return values[0] if len(values) == 1 else values
 
 
+def _sampling(job: ScoreJob):
+    """The frames a video job scores (default ``uniform:10``)."""
+    from capscore.data.video import Sampling
+
+    return Sampling.parse(job.options.get("sampling") or "uniform:10")
+
+
 def _json(value):
     """``value`` as it reads back from JSON (tuples become lists), so a stored configuration compares equal."""
     return json.loads(json.dumps(value, ensure_ascii=False))
@@ -391,7 +399,7 @@ class RunConfig:
     """What decides a run's numbers, made from a :class:`ScoreJob` and its loaded encoders (:meth:`of`).
 
     The summary records it (:meth:`as_dict`); ``resume`` compares it with the record of the interrupted
-    run (:meth:`first_change`): the whole of it for one file, its :meth:`settings` (everything but where
+    run (:func:`_check_settings`): the whole of it for one file, its :meth:`settings` (everything but where
     the input files are) per shard of a folder, whose shards are matched by their own size and mtime.
     """
 
@@ -411,10 +419,7 @@ class RunConfig:
         metrics = tuple(job.metrics)
         options: dict = {}
         if job.medium == "video":
-            from capscore.data.video import Sampling
-
-            options.update(frames=str(Sampling.parse(job.options.get("sampling") or "uniform:10")),
-                           idf=bool(job.options.get("idf")))
+            options.update(frames=str(_sampling(job)), idf=bool(job.options.get("idf")))
         if "abe" in metrics:  # ABE-CLIP: its configuration decides the numbers
             from capscore.scores.abe import make_config
 
@@ -444,22 +449,17 @@ class RunConfig:
         """:meth:`as_dict` without where the input files are: what every shard of a folder must share."""
         return {**self._head(), **self.source_settings, **self.options}
 
-    @staticmethod
-    def first_change(before: Mapping, now: Mapping) -> str | None:
-        """The first key of ``now`` whose value ``before`` records differently, as a phrase (None: none).
-        A key ``before`` does not record (an older summary) is not a change."""
-        for key, value in now.items():
-            if key in before and before[key] != value:
-                return f"{key} was {before[key]!r} in the interrupted run and is {value!r} now"
-        return None
-
 
 def _check_settings(before: Mapping | None, now: Mapping) -> None:
+    """Refuse to resume when a key of the configuration ``now`` was recorded (``before``: a summary's or a
+    sidecar's) with another value; a key not recorded (an older file) is no change, an unreadable record
+    (None) is not ours to judge."""
     if not isinstance(before, Mapping):
-        return  # written atomically; an unreadable one is not ours to judge
-    why = RunConfig.first_change(before, now)
-    if why is not None:
-        raise OptionError(f"{{resume}}: {_braced(why)}; use the same settings, or {{overwrite}} to start again")
+        return
+    for key, value in now.items():
+        if key in before and before[key] != value:
+            why = f"{key} was {before[key]!r} in the interrupted run and is {value!r} now"
+            raise OptionError(f"{{resume}}: {_braced(why)}; use the same settings, or {{overwrite}} to start again")
 
 
 # ------------------------------------------------------------------------------------ summaries
@@ -586,9 +586,7 @@ class _Runner:
     def _options(self, name: str) -> dict:
         opts = {k: v for k, v in self.job.options.items() if k != "idf"}
         if self.job.medium == "video":
-            from capscore.data.video import Sampling
-
-            opts["sampling"] = Sampling.parse(opts.get("sampling") or "uniform:10")
+            opts["sampling"] = _sampling(self.job)
         if name != "abe":
             opts.pop("abe", None)
         return opts
@@ -1063,13 +1061,6 @@ def _drop_running_summary(spath: Path) -> None:
 def _braced(value) -> str:
     """``value`` as text safe inside an OptionError template (its braces doubled)."""
     return (repr(value) if not isinstance(value, (str, Path)) else str(value)).replace("{", "{{").replace("}", "}}")
-
-
-def write_json(path: Path, obj: dict) -> None:
-    """Write ``obj`` as JSON atomically (a temporary file renamed over ``path``)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def format_summary(result: dict, output: FileOutput | ShardFolder, *, quiet: bool = False) -> str:

@@ -299,7 +299,7 @@ def _journal_to_coco(journal: Path, out: Path, columns: tuple[str, ...] = COLUMN
 
 def _journal_to_parquet(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS, batch: int = 65536) -> None:
     pa, pq = require("pyarrow", purpose="a .parquet output"), require("pyarrow.parquet", purpose="a .parquet output")
-    schema = pa.schema([(c, pa.string() if c in TEXT_COLUMNS else pa.float64()) for c in columns])
+    schema = arrow_schema(columns)
     tmp = out.with_name(out.name + ".tmp")
     with pq.ParquetWriter(tmp, schema) as w:
         rows: list[dict] = []
@@ -467,11 +467,12 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as JSON atomically (a temporary file renamed over ``path``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    t = path.with_name(path.name + ".tmp")
-    t.write_text(text, encoding="utf-8")
-    os.replace(t, path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def load_json(path: Path):
@@ -579,7 +580,7 @@ class ShardFiles:
         name, fsync, rename), then the parts folder is removed. Returns ``meta``."""
         import shutil
 
-        write_text_atomic(self.sidecar(name), json.dumps(meta, indent=1) + "\n")
+        write_json(self.sidecar(name), meta)
         tmp = self.out / f".{name}.{self.fmt}.tmp"
         if journal is not None:
             {"parquet": _journal_to_parquet, "csv": _journal_to_csv, "jsonl": _journal_copy}[self.fmt](
