@@ -112,9 +112,9 @@ def write_costs(n: int = 20000, block: int = 256) -> dict:
     Parquet), and the Ray engine's two steps — an actor writing its blocks as part files
     (``write_part``, 256 rows each) and the commit task merging them into the shard file
     (``commit_shard``)."""
-    from capscore.engines.ray import commit_shard, part_name, parts_folder, write_part
+    from capscore.engines.ray import commit_shard
     from capscore.pipeline import columns_for
-    from capscore.report.writers import RowWriter
+    from capscore.report.writers import RowWriter, ShardFiles, part_name, write_part
     from capscore.scores.metric import get_metric
 
     columns = columns_for("image", [get_metric("clip-s")])
@@ -127,7 +127,7 @@ def write_costs(n: int = 20000, block: int = 256) -> dict:
         w.write(rows)
         w.close(complete=True)
         out["row_write"] = (time.perf_counter() - t) / n
-        folder = parts_folder(Path(d), "s")
+        folder = ShardFiles(Path(d), "parquet").parts("s")
         t = time.perf_counter()
         for i in range(0, n, block):
             part = rows[i: i + block]
@@ -142,28 +142,37 @@ def write_costs(n: int = 20000, block: int = 256) -> dict:
 
 def driver_block_cost(folder: Path, columns: tuple, shards: int = 200, blocks: int = 40) -> float:
     """Seconds of driver work per manifest row (one per 256-item block): the Ray engine's ``Tracker`` fed
-    ``shards`` × ``blocks`` manifest rows, with the commit tasks stubbed out (they run elsewhere)."""
+    ``shards`` × ``blocks`` manifest rows (each carrying its block's Summary state), with the commit tasks
+    stubbed out (they run elsewhere)."""
+    from types import SimpleNamespace
+
     from capscore.data.shards import Shard
-    from capscore.engines.ray import ShardOutputs, Tracker
+    from capscore.engines.ray import Tracker
+    from capscore.pipeline import Summary
+    from capscore.scores.metric import get_metric
 
     f = folder / "input.tar"
     f.write_bytes(b"")
-    tr = Tracker([f"s{i}" for i in range(shards)], [Shard("webdataset", str(f), "x")] * shards,
-                 ShardOutputs(folder, "parquet", {}, columns), n_models=1, n_metrics=1, skip_bad=True,
-                 models=["m"], metrics=["clip-s"])
+    runner = SimpleNamespace(encoders={"m": None}, metrics={"clip-s": get_metric("clip-s")},
+                             job=SimpleNamespace(skip_bad=True), combos=[("m", "clip-s")])
+    sink = SimpleNamespace(out=folder, files=SimpleNamespace(fmt="parquet"), columns=columns,
+                           meta=lambda name, fp, summaries, items: {"items": items})
+    tr = Tracker([(f"s{i}", Shard("webdataset", str(f), "x")) for i in range(shards)], runner, sink)
     tr.committer = type("Stub", (), {"remote": staticmethod(lambda *a: None)})()
+    block = Summary("clip-s", model="m")
+    for i in range(256):
+        block.add({"score": 0.5, "system": ""})
+    state = json.dumps(block.state())
     # the sentinel first: every block then walks its shard's chain (the most work per block)
-    rows = [{"shard": s, "model": 0, "metric": -1, "first": -1, "n": 0, "end": 256 * blocks, "scored": 0,
-             "sum": 0.0, "skipped": 0, "error": None} for s in range(shards)]
-    rows += [{"shard": s, "model": 0, "metric": 0, "first": b * 256, "n": 256, "end": -1, "scored": 256,
-              "sum": 128.0, "skipped": 0, "error": None} for s in range(shards) for b in range(blocks)]
+    rows = [{"shard": s, "model": 0, "metric": -1, "first": -1, "n": 0, "end": 256 * blocks, "state": "",
+             "error": None} for s in range(shards)]
+    rows += [{"shard": s, "model": 0, "metric": 0, "first": b * 256, "n": 256, "end": -1, "state": state,
+              "error": None} for s in range(shards) for b in range(blocks)]
     t = time.perf_counter()
     for r in rows:
         tr.add(r, None)
     assert len(tr.pending) == shards
     return (time.perf_counter() - t) / len(rows)
-
-
 
 
 _CHILD = """

@@ -406,3 +406,76 @@ def test_decode_task_preprocesses_each_distinct_image_once_per_block(monkeypatch
     assert px[0] and px[1] and px[2] == px[3] == px[4] == b""
     one = np.frombuffer(px[0], np.float32)
     assert np.array_equal(one, real(Image.open(io.BytesIO(red)).convert("RGB")).numpy().ravel())
+
+
+def test_correlate_with_the_ray_encoder_equals_the_local_engine(tmp_path, capsys):
+    """`capscore correlate --engine ray` (which passes patches= to the encoder through score_records) runs and
+    prints the local engine's table, number for number."""
+    from capscore.cli import main
+
+    argv = ["-q", "correlate", "--dataset", "scenes-oracle", "--scenes", "20", "--model", "scenes-tiny", "--metric",
+            "clip-s", "--metric", "pac-s", "--bootstrap", "50", "--no-cache"]
+    assert main(argv + ["--out", str(tmp_path / "local")]) == 0
+    local = capsys.readouterr().out
+    assert main(argv + ["--engine", "ray", "--workers", "2", "--out", str(tmp_path / "ray")]) == 0
+    assert capsys.readouterr().out.replace(str(tmp_path / "ray"), "") == local.replace(str(tmp_path / "local"), "")
+    a = json.loads((tmp_path / "local" / "correlate.json").read_text())["results"]
+    b = json.loads((tmp_path / "ray" / "correlate.json").read_text())["results"]
+    assert _numbers(a) == pytest.approx(_numbers(b), abs=1e-6)  # only float rounding of the batches differs
+    assert _numbers(a, shape=True) == _numbers(b, shape=True)  # and the same everything else
+
+
+def _numbers(obj, *, shape: bool = False) -> list:
+    """The numbers of a JSON value in order, or (``shape``) everything but them."""
+    if isinstance(obj, dict):
+        return [x for k in sorted(obj) for x in [k, *_numbers(obj[k], shape=shape)] if shape or x is not k]
+    if isinstance(obj, list):
+        return [x for v in obj for x in _numbers(v, shape=shape)]
+    number = isinstance(obj, (int, float)) and not isinstance(obj, bool)
+    return ([] if number else [obj]) if shape else ([obj] if number else [])
+
+
+def test_either_engine_resumes_the_folder_the_other_wrote(tmp_path):
+    """The local engine's --out DIR/ and the Ray engine's folder are one layout: Ray resumes a local folder
+    (scoring only the shard whose file is gone), the local engine resumes Ray's; rows carry the same system."""
+    paths = write_webdataset(tmp_path / "shards", samples(3, 4, seed=8))
+    names = [out_name(p) for p in paths]
+    out = tmp_path / "dir"
+    assert score(tmp_path, "--webdataset", tmp_path / "shards", "--no-cache", "--out", f"{out}/") == 0
+    local = shard_rows(out, names)
+    assert {r["system"] for n in names for r in local[n]} == {"shards"}
+    kept = {n: (out / f"{n}.parquet").stat().st_mtime_ns for n in names[:2]}
+    (out / f"{names[2]}.parquet").unlink()
+    assert ray_score(tmp_path, "--webdataset", tmp_path / "shards", "--resume", "--out", out) == 0
+    summary = json.loads((out / "_summary.json").read_text())
+    assert (summary["engine"], summary["shards_resumed"], summary["count"]) == ("ray", 2, 12)
+    assert {n: (out / f"{n}.parquet").stat().st_mtime_ns for n in names[:2]} == kept
+    again = shard_rows(out, names)
+    assert_same_rows(again[names[2]], local[names[2]])
+    assert [r["system"] for r in again[names[2]]] == [r["system"] for r in local[names[2]]]
+    assert score(tmp_path, "--webdataset", tmp_path / "shards", "--no-cache", "--resume", "--out", out) == 0
+    summary = json.loads((out / "_summary.json").read_text())
+    assert (summary["engine"], summary["shards_resumed"], summary["count"]) == ("local", 3, 12)
+
+
+def test_ray_prints_only_capscore_lines_unless_debug(tmp_path):
+    """A driver process without -q: stderr holds capscore's own lines (its progress bar, warnings) and nothing
+    of Ray's logging; with --debug Ray's own lines show."""
+    import re
+
+    write_webdataset(tmp_path / "shards", samples(1, 3, seed=9))
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_BACKEND_LOG_LEVEL"}
+    env.update(PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""), HF_HUB_OFFLINE="1")
+
+    def foreign(*flags):
+        cmd = [sys.executable, "-m", "capscore.cli", *flags, "score", "--model", MODEL, "--engine", "ray",
+               "--address", ray.get_runtime_context().gcs_address, "--workers", "1", "--no-cache", "--webdataset",
+               str(tmp_path / "shards"), "--out", str(tmp_path / f"ray{len(flags)}")]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        assert p.returncode == 0, p.stderr
+        rest = re.sub(r"scoring: [^\r\n\]]*\]", "", p.stderr)  # capscore's progress bar, drawn with \r
+        return [ln for ln in re.split(r"[\r\n]", rest) if ln.strip() and not ln.startswith("capscore")]
+
+    assert foreign() == []
+    assert foreign("--debug")  # asked for: Ray's own lines are there

@@ -125,33 +125,31 @@ def to_image_ref(x, where: str = "image"):
 def get_encoder(model, *, device: str = "cpu", dtype: str = "fp32", cache=None, batch_size: int = 64,
                 seed: int = 0, context_length: int | None = None, trust_remote_code: bool = False):
     """An :class:`~capscore.embed.Encoder` for a ``--model`` string (backbones are loaded once per process),
-    a loaded :class:`~capscore.backbones.Backbone`, or an Encoder (returned as is)."""
-    from capscore.backbones import Backbone, load_backbone
+    a loaded :class:`~capscore.backbones.Backbone`, or an Encoder (returned as is); built by
+    :func:`capscore.embed.make_encoder`. ``cache``: None or False keeps vectors in memory, True uses the
+    persistent cache (``~/.cache/capscore`` or ``$CAPSCORE_CACHE``), a path one in that folder, and an
+    opened cache is used as given."""
+    from capscore.backbones import Backbone
     from capscore.embed.cache import EmbeddingCache
     from capscore.embed.engine import Encoder, MemoryCache
+    from capscore.embed.factory import Encoding, load_model, make_encoder
 
     if isinstance(model, Encoder):
         return model
-    if isinstance(model, Backbone):
-        backbone = model
-    elif isinstance(model, str):
-        key = (model, device, dtype, seed, context_length, trust_remote_code)
-        if key not in _BACKBONES:
-            _BACKBONES[key] = load_backbone(model, device=device, dtype=dtype, seed=seed,
-                                            context_length=context_length, trust_remote_code=trust_remote_code)
-        backbone = _BACKBONES[key]
-    else:
+    if not isinstance(model, (str, Backbone)):
         raise param_error("model", "capscore.score", "a --model string (e.g. 'scenes-tiny'), a Backbone or an "
                           "Encoder", model)
-    if cache is None or cache is False:
-        store = MemoryCache()
-    elif cache is True:
-        store = EmbeddingCache(None)  # ~/.cache/capscore or $CAPSCORE_CACHE
-    elif isinstance(cache, (EmbeddingCache, MemoryCache)):
-        store = cache
-    else:
-        store = EmbeddingCache(cache)
-    return Encoder(backbone, batch_size=batch_size, cache=store)
+    store = cache if isinstance(cache, (EmbeddingCache, MemoryCache)) else None
+    persistent = store is None and cache is not None and cache is not False
+    encoding = Encoding(device=device, dtype=dtype, seed=seed, context_length=context_length,
+                        trust_remote_code=trust_remote_code, batch_size=batch_size, cache=persistent,
+                        cache_dir=str(cache) if persistent and cache is not True else None)
+    if isinstance(model, str):
+        key = (model, device, dtype, seed, context_length, trust_remote_code)
+        if key not in _BACKBONES:
+            _BACKBONES[key] = load_model(model, encoding)
+        model = _BACKBONES[key]
+    return make_encoder(model, encoding, store=store)
 
 
 def _names(value, what: str) -> list:

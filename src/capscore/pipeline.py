@@ -1,68 +1,100 @@
-"""The one scoring pipeline: a typed job -> rows (and, with an output, a resumable file and its summary).
+"""The one scoring pipeline and its run protocol: a typed job -> rows, a resumable output and a summary.
 
 ::
 
     ScoreJob(source, models, metrics, prefix, options, output, skip_bad, encoding, chunk_size)
-      -> for each (model, metric): the source's items in chunks
-         -> score_block(items, encoder, metric)   validation, media checks, EmbeddingBatch, Metric.compute
-         -> rows tagged with model and metric     (errors become rows with skip_bad, else stop the run)
-      -> iter_rows(job)  (capscore.score, CaptionScore)   or   run(job)  (capscore score: file + summary)
+      -> encoders            load_encoders: one make_encoder(spec, Encoding) per model, one shared cache
+      -> RunConfig           what decides the numbers (models and backbone identities, metrics, prefixes,
+                             dtype, formula options, source): recorded in the summary, compared on resume
+      -> for each block of items, for each (model, metric):
+             score_block(items, encoder, metric)   validation, media checks, EmbeddingBatch, Metric.compute
+      -> an output           FileOutput (one file) | ShardFolder (a file per input shard)
+      -> Summary             per (model, metric): count, skipped, mean, per-system means, and the
+                             metric's own aggregate when it defines one
 
 Every face calls it: ``capscore score`` (images and videos), ``capscore.score`` /
-``score_frame``, the torchmetrics ``CaptionScore``, correlate's scoring
-(:func:`score_records`), and the Ray engine, whose actors run
-:func:`score_block` on their blocks. No metric is implemented twice.
+``score_frame`` and the torchmetrics ``CaptionScore`` (:func:`iter_rows`),
+correlate's scoring (:func:`score_records`). No metric is implemented twice.
 
-The output protocol (``run`` with an :class:`Output`): rows are written in
-input order, chunk by chunk, for one (model, metric) after the other; a
-``<out>.summary.json`` says ``running`` and then ``complete`` with the means;
-``resume`` matches the rows already written against the inputs (their model,
-metric, system and id) and scores only the rest; the output file is locked
-against a second writer (:func:`capscore.report.writers.open_writer`).
+Engines. :func:`run` takes an *executor*, which decides only where
+:func:`score_block` runs: :class:`LocalExecutor` (this process; the default)
+or the Ray engine's (:class:`capscore.engines.ray.RayExecutor`, whose actors
+call :func:`score_block` on their blocks). The configuration, its identity
+and settings check, the outputs, the summary and its printout are this
+module's, for both.
+
+Outputs (:func:`run`):
+
+* :class:`FileOutput` — one rows file (.jsonl, .csv, .parquet, .json COCO
+  results) beside ``<out>.summary.json``. Rows are written in input order,
+  (model, metric) after (model, metric). ``resume`` matches the rows already
+  written against the inputs (model, metric, system, id) and scores only the
+  rest; the file is locked against a second writer
+  (:func:`capscore.report.writers.open_writer`). The local engine only.
+* :class:`ShardFolder` — sharded input (WebDataset, Parquet, HF dataset), one
+  rows file per input shard, ``DIR/<stem>-<8 hex of sha1(path)>.<fmt>``
+  (:func:`capscore.report.writers.shard_output_name`), each holding that
+  shard's rows (model, metric) after (model, metric), in input order; a
+  sidecar ``DIR/_shards/<name>.json`` (the run's settings, the input's size
+  and mtime, the row count, per-(model, metric) summary states) is written
+  before the file is renamed into place, and ``DIR/_summary.json`` lists the
+  files in input order. ``resume`` keeps each shard whose sidecar matches
+  (settings, input, file, rows), redoes the others and removes the outputs of
+  shards no longer given; ``DIR/_run.lock`` holds one driver per folder. Both
+  engines write this layout, and the settings compared leave the engine out,
+  so either engine resumes a folder the other began (a shard the other left
+  unfinished is scored again from its start). Until its commit, a shard's rows
+  live under ``DIR/_shards/parts/<name>/``: the Ray engine's block files, or
+  the local engine's JSONL journal, which the local engine resumes row by row.
+
+What reaches disk when. Rows are written (and fsynced) when ``chunk_size``
+rows are waiting or :data:`FLUSH_SECONDS` have passed since the last write,
+whichever comes first, so an interrupted run loses at most a few seconds of
+scored rows; Ctrl-C (KeyboardInterrupt) and SIGTERM write the rows already
+scored before the run ends. The summary says ``running`` until the run
+completes.
+
+Extension points. A metric's own headline (corpus-level scores) is an
+:class:`~capscore.scores.aggregate.Aggregate` factory on its registry row
+(``Metric.aggregate``); :class:`Summary` keeps one per (model, metric) and per
+system beside the mean, rebuilds it from rows on resume and merges per-shard
+states. Models that metrics bring besides the backbone (learned heads,
+sentence encoders) belong beside :func:`load_encoders`: loaded once per run,
+keyed in :class:`RunConfig` by their identity, and handed to ``score_block``
+with the encoder.
 """
 from __future__ import annotations
 
 import itertools
 import json
 import math
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
+from capscore.embed.factory import Encoding  # noqa: F401  (the job's Encoding: capscore.pipeline.Encoding)
 from capscore.errors import CapscoreError, InputError, OptionError
+from capscore.report.writers import write_json
 from capscore.scores.metric import EmbeddingBatch, Metric, get_metric
 
 DEFAULT_MODEL = "ViT-B-32/openai"  # CLIP-S's paper backbone (Hessel et al. 2021); offline: --model scenes-tiny
 IMAGE_COLUMNS = ("id", "image", "caption", "system", "model", "metric", "score", "error")
 VIDEO_BASE = ("id", "video", "caption", "system", "model", "metric", "score")
+FLUSH_SECONDS = 5.0  # scored rows wait at most this long in memory before they are written
+ROW_FILE_SUFFIXES = (".jsonl", ".csv", ".parquet", ".json")
+SHARD_FORMATS = ("parquet", "jsonl", "csv")
 
 
 # ------------------------------------------------------------------------------------ the job
 @dataclass(frozen=True)
-class Encoding:
-    """Where and how backbones run, and where their vectors are cached."""
-
-    device: str = "cpu"
-    dtype: str = "fp32"
-    seed: int = 0  # random-init backbones
-    context_length: int | None = None
-    trust_remote_code: bool = False
-    rgb_order: str = "first"
-    batch_size: int = 64
-    cache_dir: str | None = None  # None: ~/.cache/capscore (or $CAPSCORE_CACHE)
-    cache: bool = True  # False: vectors in memory only
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.batch_size, int) or isinstance(self.batch_size, bool) or self.batch_size < 1:
-            raise CapscoreError(f"The 'batch_size' parameter must be a positive integer; got {self.batch_size!r} "
-                                "instead.")
-
-
-@dataclass(frozen=True)
-class Output:
-    """A rows file (.jsonl, .csv, .parquet, or .json COCO results) and how to treat an existing one."""
+class FileOutput:
+    """One rows file (.jsonl, .csv, .parquet, or .json COCO results) and how to treat an existing one."""
 
     path: Path
     resume: bool = False
@@ -78,12 +110,45 @@ class Output:
 
 
 @dataclass(frozen=True)
+class ShardFolder:
+    """A folder with one rows file per input shard (``format``: parquet, jsonl or csv); see the module docstring."""
+
+    path: Path
+    format: str = "parquet"
+    resume: bool = False
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.resume and self.overwrite:
+            raise OptionError("{resume} and {overwrite} contradict each other; choose one")
+        if self.format not in SHARD_FORMATS:
+            raise CapscoreError(f"The 'format' parameter of ShardFolder must be one of {list(SHARD_FORMATS)}; got "
+                                f"{self.format!r} instead.")
+
+    @property
+    def summary(self) -> Path:
+        return Path(self.path) / "_summary.json"
+
+
+Output = FileOutput | ShardFolder
+
+
+def is_folder_output(path: str | Path) -> bool:
+    """Whether ``--out`` names a folder of shard files: an existing folder, a path ending in a separator,
+    or one without a file suffix (``results/``, ``results``); ``results.jsonl`` names one file."""
+    text = str(path)
+    p = Path(text)
+    return p.is_dir() or text.endswith(("/", "\\")) or p.suffix == ""
+
+
+@dataclass(frozen=True)
 class ScoreJob:
     """What to score: ``source`` items with every model × metric.
 
     ``models``: ``--model`` strings, or loaded Backbones/Encoders (the API). ``options``: formula options —
     ``abe`` (dict of ABE-CLIP's k/p/omega/pool), ``sampling`` (video frames), ``idf`` (bool: EMScore idf
-    from the references, else the captions).
+    from the references, else the captions). ``metric_choice``: why the metric was chosen when the caller
+    named none (:func:`choose_metric`; recorded in the summary).
     """
 
     source: object  # capscore.data.sources: CaptionFiles | ShardedSource | InMemory
@@ -91,11 +156,12 @@ class ScoreJob:
     metrics: tuple[str, ...]
     prefix: str | None = None
     options: Mapping = field(default_factory=dict)
-    output: Output | None = None
+    output: FileOutput | ShardFolder | None = None
     skip_bad: bool = False
     encoding: Encoding = Encoding()
     chunk_size: int = 2048
     progress: bool = True
+    metric_choice: str = ""
 
     @property
     def medium(self) -> str:
@@ -116,6 +182,10 @@ class ScoreJob:
             raise CapscoreError(f"unknown scoring option {sorted(unknown)[0]!r}; options are abe, sampling, idf")
         if self.options.get("abe") and "abe" not in self.metrics:
             raise CapscoreError("ABE-CLIP options (k, p, omega, pool) apply to the metric abe only")
+        if isinstance(self.output, ShardFolder) and not hasattr(self.source, "shards"):
+            raise OptionError(f"{{out}} {_braced(self.output.path)} is a folder of one file per input shard, which "
+                              "needs sharded input (WebDataset, Parquet or a Hugging Face dataset); name a file such "
+                              "as results.jsonl")
 
 
 def default_metric(*, has_refs: bool, medium: str = "image", models: Sequence = ()) -> str:
@@ -129,6 +199,14 @@ def default_metric(*, has_refs: bool, medium: str = "image", models: Sequence = 
             return "specs"
         return "clip-s"
     return "emscore-ref" if medium == "video" else "refclip-s"
+
+
+def choose_metric(source, medium: str = "image", *, models: Sequence = ()) -> tuple[str, str]:
+    """The default metric for ``source`` and why: the same references give the same metric wherever they
+    were written (a references file, a ``refs`` field of the captions, a references column)."""
+    has = bool(source.has_refs())
+    name = default_metric(has_refs=has, medium=medium, models=models)
+    return name, f"default: the records {'carry' if has else 'carry no'} references"
 
 
 def summary_path(out: Path) -> Path:
@@ -274,25 +352,18 @@ def _bad_row(bad, medium: str, columns: tuple) -> dict:
 
 
 # ------------------------------------------------------------------------------------ models
-def load_encoders(job: ScoreJob, *, progress: bool = False) -> dict:
-    """One Encoder per model (name -> Encoder), sharing one cache; Backbones and Encoders are used as given."""
-    from capscore.backbones import Backbone, load_backbone
-    from capscore.embed.cache import EmbeddingCache
-    from capscore.embed.engine import Encoder, MemoryCache
+def load_encoders(job: ScoreJob, *, progress: bool = False, encoding: Encoding | None = None) -> dict:
+    """One Encoder per model (name -> Encoder) from :func:`capscore.embed.factory.make_encoder`, sharing one
+    cache; Backbones and Encoders are used as given. ``encoding``: instead of the job's (the Ray driver
+    loads on the CPU what its actors run on the job's device)."""
+    from capscore.embed.factory import make_encoder, open_cache
 
-    enc = job.encoding
-    cache = EmbeddingCache(enc.cache_dir) if enc.cache else MemoryCache()
+    enc = encoding or job.encoding
+    store = open_cache(enc)
     out = {}
     for m in job.models:
-        if isinstance(m, Encoder):
-            out[m.backbone.spec] = m
-            continue
-        bb = m if isinstance(m, Backbone) else load_backbone(
-            m, device=enc.device, dtype=enc.dtype, seed=enc.seed, context_length=enc.context_length,
-            trust_remote_code=enc.trust_remote_code, rgb_order=enc.rgb_order,
-            lazy=enc.cache)  # a run served from the persistent cache never builds the model
-        out[m if isinstance(m, str) else bb.spec] = Encoder(bb, batch_size=enc.batch_size, cache=cache,
-                                                            progress=progress)
+        encoder = make_encoder(m, enc, store=store, progress=progress)
+        out[m if isinstance(m, str) else encoder.backbone.spec] = encoder
     return out
 
 
@@ -311,18 +382,207 @@ def check_fit(metric: Metric, backbone, medium: str = "image") -> None:
             warn(message)
 
 
-# ------------------------------------------------------------------------------------ running
-class _Runner:
-    """The per-(model, metric) loop both :func:`iter_rows` and :func:`run` drive."""
+# ------------------------------------------------------------------------------------ the run's configuration
+def _one(values: list):
+    return values[0] if len(values) == 1 else values
 
-    def __init__(self, job: ScoreJob, encoders: Mapping):
+
+def _sampling(job: ScoreJob):
+    """The frames a video job scores (default ``uniform:10``)."""
+    from capscore.data.video import Sampling
+
+    return Sampling.parse(job.options.get("sampling") or "uniform:10")
+
+
+def _json(value):
+    """``value`` as it reads back from JSON (tuples become lists), so a stored configuration compares equal."""
+    return json.loads(json.dumps(value, ensure_ascii=False))
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What decides a run's numbers, made from a :class:`ScoreJob` and its loaded encoders (:meth:`of`).
+
+    The summary records it (:meth:`as_dict`); ``resume`` compares it with the record of the interrupted
+    run (:func:`_check_settings`): the whole of it for one file, its :meth:`settings` (everything but where
+    the input files are) per shard of a folder, whose shards are matched by their own size and mtime.
+    """
+
+    models: tuple[str, ...]
+    backbones: tuple[str, ...]  # each model's backbone identity (weights hash, context, preprocessing)
+    metrics: tuple[str, ...]
+    prefixes: tuple[str, ...]  # per metric
+    dtype: str
+    options: Mapping  # formula options, JSON-able: abe {k, p, omega, pool}; video: frames, idf
+    source: Mapping  # the source's description (its files)
+    source_settings: Mapping  # how the source is read (for sharded input: its kind and column options)
+
+    @classmethod
+    def of(cls, job: ScoreJob, encoders: Mapping) -> "RunConfig":
         from capscore.scores.clipscore import resolve_prefix
 
+        metrics = tuple(job.metrics)
+        options: dict = {}
+        if job.medium == "video":
+            options.update(frames=str(_sampling(job)), idf=bool(job.options.get("idf")))
+        if "abe" in metrics:  # ABE-CLIP: its configuration decides the numbers
+            from capscore.scores.abe import make_config
+
+            cfg = make_config(**dict(job.options.get("abe") or {}))
+            options["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
+                              "pool": str(Path(cfg.pool).expanduser().resolve()) if cfg.pool else "bundled"}
+        source = job.source.describe()
+        settings = job.source.settings() if hasattr(job.source, "settings") else source
+        return cls(models=tuple(encoders), backbones=tuple(e.backbone.identity for e in encoders.values()),
+                   metrics=metrics, prefixes=tuple(resolve_prefix(get_metric(n), job.prefix, job.medium)
+                                                   for n in metrics),
+                   dtype=job.encoding.dtype, options=_json(options), source=_json(source),
+                   source_settings=_json(settings))
+
+    def prefix(self, metric: str) -> str:
+        return self.prefixes[self.metrics.index(metric)]
+
+    def _head(self) -> dict:
+        return {"model": _one(list(self.models)), "backbone": _one(list(self.backbones)),
+                "metric": _one(list(self.metrics)), "prefix": _one(list(self.prefixes)), "dtype": self.dtype}
+
+    def as_dict(self) -> dict:
+        """The configuration as the summary records it (a single model/metric/prefix as a value, several as a list)."""
+        return {**self._head(), **self.source, **self.options}
+
+    def settings(self) -> dict:
+        """:meth:`as_dict` without where the input files are: what every shard of a folder must share."""
+        return {**self._head(), **self.source_settings, **self.options}
+
+
+def _check_settings(before: Mapping | None, now: Mapping) -> None:
+    """Refuse to resume when a key of the configuration ``now`` was recorded (``before``: a summary's or a
+    sidecar's) with another value; a key not recorded (an older file) is no change, an unreadable record
+    (None) is not ours to judge."""
+    if not isinstance(before, Mapping):
+        return
+    for key, value in now.items():
+        if key in before and before[key] != value:
+            why = f"{key} was {before[key]!r} in the interrupted run and is {value!r} now"
+            raise OptionError(f"{{resume}}: {_braced(why)}; use the same settings, or {{overwrite}} to start again")
+
+
+# ------------------------------------------------------------------------------------ summaries
+class _Tally:
+    """Count, mean and the metric's own aggregate (when it has one) of some scored rows."""
+
+    def __init__(self, metric: Metric):
+        from capscore.scores.aggregate import Mean, aggregate_for
+
+        self.mean = Mean()
+        self.own = aggregate_for(metric)
+
+    def add(self, row: Mapping) -> None:
+        self.mean.add(row)
+        if self.own is not None:
+            self.own.add(row)
+
+    def state(self) -> dict:
+        return {"mean": self.mean.state(), "own": None if self.own is None else self.own.state()}
+
+    def merge(self, state: Mapping) -> None:
+        self.mean.merge(state["mean"])
+        if self.own is not None and state.get("own") is not None:
+            self.own.merge(state["own"])
+
+
+class Summary:
+    """One (model, metric) of a run: count, skipped, the mean of the scores, per system (caption set), and
+    the metric's own aggregate when its registry row defines one (:mod:`capscore.scores.aggregate`).
+
+    Built row by row (:meth:`add`) or from the JSON-able states of parts scored apart (:meth:`merge`:
+    shards, Ray blocks, the rows of an interrupted run), which give the one-pass numbers exactly.
+    """
+
+    def __init__(self, metric: str | Metric, *, model: str = "", backbone: str = ""):
+        self.metric = get_metric(metric)
+        self.model, self.backbone = model, backbone
+        self.skipped = 0
+        self.total = _Tally(self.metric)
+        self.systems: dict[str, _Tally] = {}
+
+    @property
+    def count(self) -> int:
+        return self.total.mean.n
+
+    @property
+    def mean(self) -> float:
+        value = self.total.mean.value()
+        return float("nan") if value is None else value
+
+    def _system(self, name: str) -> _Tally:
+        if name not in self.systems:
+            self.systems[name] = _Tally(self.metric)
+        return self.systems[name]
+
+    def add(self, row: Mapping) -> None:
+        if row.get("score") is None:
+            self.skipped += 1
+            return
+        self.total.add(row)
+        self._system(str(row.get("system") or "")).add(row)
+
+    def state(self) -> dict:
+        return {"skipped": self.skipped, "total": self.total.state(),
+                "systems": {k: t.state() for k, t in self.systems.items()}}
+
+    def merge(self, state: Mapping) -> "Summary":
+        self.skipped += int(state["skipped"])
+        self.total.merge(state["total"])
+        for name, st in state["systems"].items():
+            self._system(name).merge(st)
+        return self
+
+    def system_means(self) -> dict[str, float]:
+        return {k: t.mean.value() for k, t in sorted(self.systems.items()) if t.mean.n}
+
+    def as_dict(self) -> dict:
+        out = {"model": self.model, "backbone": self.backbone, "metric": self.metric.name, "count": self.count,
+               "mean": self.total.mean.value(), "skipped": self.skipped, "systems": self.system_means(),
+               "system_counts": {k: t.mean.n for k, t in sorted(self.systems.items())}}
+        own = self.total.own
+        if own is not None:
+            out["aggregate"] = {"name": own.name, "value": own.value(),
+                                "systems": {k: t.own.value() for k, t in sorted(self.systems.items())}}
+        return out
+
+
+# ------------------------------------------------------------------------------------ running
+@dataclass(frozen=True)
+class Plan:
+    """What scoring a block needs besides its items and the encoder; picklable (the Ray actors hold one)."""
+
+    medium: str
+    metrics: tuple[str, ...]
+    prefixes: Mapping  # metric -> prefix
+    options: Mapping  # metric -> formula options
+    skip_bad: bool
+    columns: tuple[str, ...]
+
+    def score(self, items: list, encoder, model: str, metric: str, *, extra: Mapping | None = None):
+        """:func:`score_block` for one (model, metric): (rows tagged with both, the error that stops the run)."""
+        options = {**self.options[metric], **(extra or {})}
+        rows, fatal = score_block(items, encoder, get_metric(metric), medium=self.medium,
+                                  prefix=self.prefixes[metric], options=options, skip_bad=self.skip_bad)
+        return [r | {"model": model, "metric": metric} for r in rows], fatal
+
+
+class _Runner:
+    """A job with its encoders: the configuration and the per-(model, metric) loop every engine and output use."""
+
+    def __init__(self, job: ScoreJob, encoders: Mapping):
         self.job = job
         self.encoders = dict(encoders)
         self.metrics = {n: get_metric(n) for n in job.metrics}
-        self.prefixes = {n: resolve_prefix(m, job.prefix, job.medium) for n, m in self.metrics.items()}
-        self.options = {name: self._options(name) for name in self.metrics}
+        self.config = RunConfig.of(job, self.encoders)
+        self.plan = Plan(job.medium, tuple(self.metrics), {n: self.config.prefix(n) for n in self.metrics},
+                         {n: self._options(n) for n in self.metrics}, job.skip_bad,
+                         columns_for(job.medium, self.metrics.values()))
         self._warned: set[str] = set()
         for enc in self.encoders.values():
             for m in self.metrics.values():
@@ -331,9 +591,7 @@ class _Runner:
     def _options(self, name: str) -> dict:
         opts = {k: v for k, v in self.job.options.items() if k != "idf"}
         if self.job.medium == "video":
-            from capscore.data.video import Sampling
-
-            opts["sampling"] = Sampling.parse(opts.get("sampling") or "uniform:10")
+            opts["sampling"] = _sampling(self.job)
         if name != "abe":
             opts.pop("abe", None)
         return opts
@@ -342,6 +600,10 @@ class _Runner:
     def combos(self) -> list[tuple[str, str]]:
         return [(m, n) for m in self.encoders for n in self.metrics]
 
+    def summaries(self) -> dict[tuple[str, str], Summary]:
+        return {(m, n): Summary(self.metrics[n], model=m, backbone=self.encoders[m].backbone.identity)
+                for m, n in self.combos}
+
     def idf(self, model: str, name: str):
         """EMScore's idf for a (model, metric) when asked: over the references, else the captions."""
         if not self.job.options.get("idf") or self.job.medium != "video":
@@ -349,33 +611,24 @@ class _Runner:
         from capscore.data.records import Record
         from capscore.scores.video import corpus_idf
 
-        prefix = self.prefixes[name]
+        prefix = self.plan.prefixes[name]
         recs = [x for x in self.job.source.items() if isinstance(x, Record)]
         corpus = [prefix + r for x in recs for r in x.refs] or [prefix + x.caption for x in recs
                                                                if isinstance(x.caption, str)]
         return corpus_idf(self.encoders[model], corpus)
 
-    def blocks(self, model: str, name: str, items: Iterator, on_rows=None) -> Iterator[list[dict]]:
-        """Scored rows of ``items`` in chunks (tagged with model and metric); raises the first fatal error
-        after yielding the rows before it."""
+    def blocks(self, model: str, name: str, items: Iterator) -> Iterator[list[dict]]:
+        """Scored rows of ``items`` block by block (an encoder batch, or ``chunk_size`` items when smaller;
+        a corpus metric such as CIDEr takes all at once), tagged with model and metric; raises the first fatal
+        error after yielding the rows before it."""
         metric, enc = self.metrics[name], self.encoders[model]
-        options = dict(self.options[name])
         idf = self.idf(model, name)
-        if idf is not None:
-            options["idf"] = idf
-        tag = {"model": model, "metric": name}
+        extra = {"idf": idf} if idf is not None else None
         corpus = "corpus" in metric.needs(self.job.medium)  # CIDEr: its IDF comes from the whole evaluated set
-        for chunk in _chunks(items, sys.maxsize if corpus else self.job.chunk_size):
-            self._warn_ignored_refs(metric, chunk)
-            rows, fatal = [], None
-            for part in _chunks(iter(chunk), len(chunk) if corpus else enc.batch_size):  # progress per batch
-                got, fatal = score_block(part, enc, metric, medium=self.job.medium, prefix=self.prefixes[name],
-                                         options=options, skip_bad=self.job.skip_bad)
-                rows += [r | tag for r in got]
-                if on_rows is not None:
-                    on_rows(len(got))
-                if fatal is not None:
-                    break
+        size = sys.maxsize if corpus else min(enc.batch_size, self.job.chunk_size)
+        for part in _chunks(items, size):
+            self._warn_ignored_refs(metric, part)
+            rows, fatal = self.plan.score(part, enc, model, name, extra=extra)
             yield rows
             if fatal is not None:
                 raise fatal
@@ -399,152 +652,191 @@ def iter_rows(job: ScoreJob, *, encoders: Mapping | None = None) -> Iterator[dic
             yield from rows
 
 
-@dataclass
-class Summary:
-    """Running count/mean/skipped, overall and per system (caption set)."""
+class _Buffered:
+    """Rows on their way to a writer: written (and fsynced) when ``max_rows`` wait or ``seconds`` passed since
+    the last write; :meth:`flush` writes the rest (also when the run is interrupted)."""
 
-    metric: str
-    count: int = 0
-    skipped: int = 0
-    total: float = 0.0
-    systems: dict[str, list[float]] = field(default_factory=dict)  # name -> [sum, count]
+    def __init__(self, writer, *, max_rows: int, seconds: float = FLUSH_SECONDS):
+        self.writer, self.max_rows, self.seconds = writer, max_rows, seconds
+        self._rows: list[dict] = []
+        self._since = time.monotonic()
 
-    def add(self, row: dict) -> None:
-        if row.get("score") is None:
-            self.skipped += 1
-            return
-        self.count += 1
-        self.total += row["score"]
-        acc = self.systems.setdefault(row.get("system") or "", [0.0, 0])
-        acc[0] += row["score"]
-        acc[1] += 1
+    def write(self, rows: list[dict]) -> None:
+        self._rows += rows
+        if len(self._rows) >= self.max_rows or time.monotonic() - self._since >= self.seconds:
+            self.flush()
 
-    @property
-    def mean(self) -> float:
-        return self.total / self.count if self.count else float("nan")
-
-    def system_means(self) -> dict[str, float]:
-        return {k: s / n for k, (s, n) in sorted(self.systems.items()) if n}
-
-    def as_dict(self) -> dict:
-        return {"metric": self.metric, "count": self.count, "mean": None if self.count == 0 else self.mean,
-                "skipped": self.skipped, "systems": self.system_means(),
-                "system_counts": {k: n for k, (_, n) in sorted(self.systems.items())}}
+    def flush(self) -> None:
+        rows, self._rows = self._rows, []  # taken first: an interrupted write is never written twice
+        self._since = time.monotonic()
+        if rows:
+            self.writer.write(rows)
 
 
-def run(job: ScoreJob, *, encoders: Mapping | None = None) -> dict:
+@contextmanager
+def _sigterm_interrupts():
+    """SIGTERM ends the run as Ctrl-C does (KeyboardInterrupt), so the rows already scored are written first.
+    Only the main thread can set a handler; elsewhere the default stays."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Executor(Protocol):
+    """Where a folder run's blocks are scored: this process (:class:`LocalExecutor`) or a Ray cluster.
+
+    ``encoders(job)`` loads the driver's encoders, whose backbones name the run (:class:`RunConfig`);
+    ``score_shards`` scores the shards of ``todo`` ((name, Shard) pairs) into ``folder`` and returns each
+    shard's sidecar (:meth:`_Folder.meta`), committed with its file
+    (:meth:`capscore.report.writers.ShardFiles.commit`)."""
+
+    def encoders(self, job: ScoreJob) -> Mapping: ...
+
+    def score_shards(self, runner: _Runner, todo: list, folder: "_Folder", bar) -> dict[str, dict]: ...
+
+
+def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | None = None) -> dict:
     """Score the job into ``job.output`` (resumable) and write its summary; returns the summary.
 
     The summary holds ``runs`` (one per model × metric: count, mean, skipped, per-system means) and the
-    run's configuration; with one model and one metric its fields are also at the top level.
+    run's configuration; with one model and one metric its fields are also at the top level. ``executor``:
+    where the blocks of a :class:`ShardFolder` run are scored (default :class:`LocalExecutor`).
     """
-    from capscore.report.writers import open_writer
-
-    if job.output is None:
-        raise CapscoreError("The 'output' parameter of pipeline.run must be an Output; got None instead.")
-    out = Path(job.output.path)
     from capscore.report.writers import output_format
 
-    output_format(out)  # a format we can write, before any model loads
-    encoders = encoders if encoders is not None else load_encoders(job, progress=False)
-    runner = _Runner(job, encoders)
-    columns = columns_for(job.medium, runner.metrics.values())
-    writer, prior = open_writer(out, resume=job.output.resume, overwrite=job.output.overwrite, columns=columns)
-    try:
-        return _run(job, runner, out, writer, prior, columns)
-    finally:
-        if writer is not None:
-            writer.close(complete=False)  # no-op after a successful close
-            if prior is None and writer.rows_written == 0 and summary_path(out).exists():
-                _drop_running_summary(summary_path(out))
+    output = job.output
+    if not isinstance(output, (FileOutput, ShardFolder)):
+        raise CapscoreError("The 'output' parameter of pipeline.run must be a FileOutput or a ShardFolder; got "
+                            f"{output!r} instead.")
+    with _sigterm_interrupts():
+        if isinstance(output, ShardFolder):
+            _check_folder_path(Path(output.path))
+            executor = executor or LocalExecutor()
+            runner = _Runner(job, encoders if encoders is not None else executor.encoders(job))
+            return _run_folder(job, runner, executor)
+        if executor is not None and not isinstance(executor, LocalExecutor):
+            raise OptionError(f"the {type(executor).__name__} writes one file per input shard, so its {{out}} is a "
+                              f"folder; {_braced(output.path)} names a file — give a folder such as "
+                              f"{_braced(Path(output.path).with_suffix(''))}/")
+        output_format(Path(output.path))  # a format we can write, before any model loads
+        runner = _Runner(job, encoders if encoders is not None else load_encoders(job))
+        return _run_file(job, runner)
 
 
-def _config(job: ScoreJob, runner: _Runner) -> dict:
-    encs = runner.encoders
-    config = {
-        "model": _one(list(encs)), "backbone": _one([e.backbone.identity for e in encs.values()]),
-        "metric": _one(list(runner.metrics)), "prefix": _one(list(runner.prefixes.values())),
-        "dtype": job.encoding.dtype, **job.source.describe(),
-    }
-    if job.medium == "video":
-        config.update(frames=str(next(iter(runner.options.values()))["sampling"]), idf=bool(job.options.get("idf")))
-    if "abe" in runner.metrics:  # ABE-CLIP: its configuration decides the numbers
-        from capscore.scores.abe import make_config
-
-        cfg = make_config(**dict(job.options.get("abe") or {}))
-        config["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
-                         "pool": str(Path(cfg.pool).expanduser().resolve()) if cfg.pool else "bundled"}
-    return config
-
-
-def _run(job: ScoreJob, runner: _Runner, out: Path, writer, prior, columns) -> dict:
+def _progress(job: ScoreJob, runner: _Runner):
     from capscore._log import progress
-    from capscore.report.writers import read_rows
 
-    config = _config(job, runner)
-    spath = summary_path(out)
-    if prior is not None:
-        _check_same_run(spath, config)
-    write_json(spath, {"status": "running", **config})
-    t0 = time.perf_counter()
-    prior_rows = _Peek(read_rows(prior, columns)) if prior is not None else None
-    runs, resumed, scored = [], 0, 0
     per_input = job.source.count()
     total = None if per_input is None else per_input * len(runner.combos)
-    with progress(total, desc="scoring", unit="caption", disable=None if job.progress else True) as bar:
-        for model, name in runner.combos:
-            tag = {"model": model, "metric": name}
-            summary = Summary(metric=name)
-            todo = job.source.items()
-            if prior_rows is not None:
-                _check_prior_tag(prior_rows.peek(), tag, prior, resumed + 1)  # before anything is appended
-                mine = prior_rows.take_while(lambda r: all(r.get(k) == v for k, v in tag.items()))
-                todo, n = _skip_done(todo, mine, summary, prior)
-                resumed += n
-                bar.update(n)
-            for rows in runner.blocks(model, name, todo, on_rows=bar.update):
-                if writer is None:
-                    raise OptionError(f"{_braced(out)} is a finished {_writer_kind(out)} file with fewer rows than the "
-                                      "inputs have captions; use {overwrite} to score again")
-                writer.write(rows)  # the rows before a fatal error are kept, so resume can continue after a fix
-                for row in rows:
-                    summary.add(row)
-                scored += len(rows)
-            runs.append({"model": model, "backbone": runner.encoders[model].backbone.identity, **summary.as_dict()})
-    if prior_rows is not None and prior_rows.peek() is not None:
-        _check_prior_tag(prior_rows.peek(), None, prior, resumed + 1)
-        raise OptionError(f"{{resume}}: {_braced(prior)} has more rows than the inputs have captions; "
+    return progress(total, desc="scoring", unit="caption", disable=None if job.progress else True)
+
+
+def _score_into(runner: _Runner, items, writer, prior, summaries: dict, bar, *, where: Path) -> tuple[int, int]:
+    """Every (model, metric) of ``runner`` over ``items()`` into ``writer`` (None: a finished file), after the
+    rows of ``prior`` (a :class:`_Peek` over the rows already written to ``where``, or None) that match the
+    inputs. Returns (rows resumed, rows scored now)."""
+    resumed = scored = 0
+    for model, name in runner.combos:
+        tag = {"model": model, "metric": name}
+        summary = summaries[(model, name)]
+        todo = items()
+        if prior is not None:
+            _check_prior_tag(prior.peek(), tag, where, resumed + 1)  # before anything is appended
+            mine = prior.take_while(lambda r: all(r.get(k) == v for k, v in tag.items()))
+            todo, n = _skip_done(todo, mine, summary, where)
+            resumed += n
+            bar.update(n)
+        for rows in runner.blocks(model, name, todo):
+            if writer is None:
+                raise OptionError(f"{_braced(where)} is a finished {_writer_kind(where)} file with fewer rows than "
+                                  "the inputs have captions; use {overwrite} to score again")
+            writer.write(rows)  # the rows before a fatal error are kept, so resume can continue after a fix
+            for row in rows:
+                summary.add(row)
+            scored += len(rows)
+            bar.update(len(rows))
+    if prior is not None and prior.peek() is not None:
+        _check_prior_tag(prior.peek(), None, where, resumed + 1)
+        raise OptionError(f"{{resume}}: {_braced(where)} has more rows than the inputs have captions; "
                           "the inputs changed — use {overwrite} to start again")
-    if scored == 0 and resumed == 0:
-        raise CapscoreError(f"no captions in {job.source.spec}; nothing to score")
-    if writer is not None:
-        writer.close(complete=True)
-    totals = {"resumed_rows": resumed, "scored_now": scored, "seconds": round(time.perf_counter() - t0, 3),
-              "truncated_captions": sum(e.stats.truncated for e in runner.encoders.values())}
+    return resumed, scored
+
+
+def _totals(job: ScoreJob, runner: _Runner, t0: float) -> dict:
+    totals = {"seconds": round(time.perf_counter() - t0, 3),
+              "truncated_captions": sum(getattr(e.stats, "truncated", 0) for e in runner.encoders.values())}
     if job.medium == "video":
         st = [e.stats for e in runner.encoders.values()]
         totals.update(videos_encoded=sum(s.videos_encoded for s in st), videos_cached=sum(s.videos_cached for s in st),
                       frames_encoded=sum(s.frames_encoded for s in st),
                       decode_seconds=round(sum(s.decode_seconds for s in st), 3),
                       encode_seconds=round(sum(s.encode_seconds for s in st), 3))
+    return totals
+
+
+def _record(config: dict, summaries: Iterable[Summary], totals: dict, job: ScoreJob) -> tuple[dict, list[dict]]:
+    """The complete summary file's content, and the runs (for the printout)."""
+    runs = [s.as_dict() for s in summaries]
+    head = {"status": "complete", **config, **({"metric_choice": job.metric_choice} if job.metric_choice else {})}
     if len(runs) == 1:
-        result = {"status": "complete", **config, **{k: v for k, v in runs[0].items() if k not in config}, **totals}
-    else:
-        result = {"status": "complete", **config, "runs": runs, **totals}
-    write_json(spath, result)
-    result["runs"] = runs  # for the caller's printout (the single-run file keeps its flat form)
-    return result
+        return {**head, **{k: v for k, v in runs[0].items() if k not in config}, **totals}, runs
+    return {**head, "runs": runs, **totals}, runs
+
+
+def _run_file(job: ScoreJob, runner: _Runner) -> dict:
+    from capscore.report.writers import load_json, open_writer, read_rows
+
+    out = Path(job.output.path)
+    columns = runner.plan.columns
+    writer, prior = open_writer(out, resume=job.output.resume, overwrite=job.output.overwrite, columns=columns)
+    buffered = _Buffered(writer, max_rows=job.chunk_size) if writer is not None else None
+    spath = summary_path(out)
+    config = runner.config.as_dict()
+    try:
+        if prior is not None:
+            _check_settings(load_json(spath), config)
+        write_json(spath, {"status": "running", **config})
+        t0 = time.perf_counter()
+        summaries = runner.summaries()
+        prior_rows = _Peek(read_rows(prior, columns)) if prior is not None else None
+        with _progress(job, runner) as bar:
+            try:
+                resumed, scored = _score_into(runner, job.source.items, buffered, prior_rows, summaries, bar,
+                                              where=prior or out)
+            finally:
+                if buffered is not None:
+                    buffered.flush()  # what was scored reaches the file, however the loop ended
+        if scored == 0 and resumed == 0:
+            raise CapscoreError(f"no captions in {job.source.spec}; nothing to score")
+        if writer is not None:
+            writer.close(complete=True)
+        totals = {"resumed_rows": resumed, "scored_now": scored, **_totals(job, runner, t0)}
+        result, runs = _record(config, summaries.values(), totals, job)
+        write_json(spath, result)
+        result["runs"] = runs  # for the caller's printout (the single-run file keeps its flat form)
+        return result
+    finally:
+        if writer is not None:
+            writer.close(complete=False)  # no-op after a successful close
+            if prior is None and writer.rows_written == 0 and spath.exists():
+                _drop_running_summary(spath)
 
 
 def _writer_kind(out: Path) -> str:
     return "COCO results" if out.suffix.lower() == ".json" else "Parquet"
 
 
-def _one(values: list):
-    return values[0] if len(values) == 1 else values
-
-
 def _chunks(items: Iterator, size: int) -> Iterator[list]:
+    items = iter(items)
     while chunk := list(itertools.islice(items, size)):
         yield chunk
 
@@ -567,20 +859,169 @@ class _Peek:
             yield item
 
 
-# ------------------------------------------------------------------------------------ resume
-def _check_same_run(spath: Path, config: dict) -> None:
-    if not spath.exists():
-        return
+# ------------------------------------------------------------------------------------ a folder of shard files
+def _check_folder_path(out: Path) -> None:
+    if out.suffix.lower() in ROW_FILE_SUFFIXES and not out.is_dir():
+        raise OptionError(f"a folder output holds one file per input shard (the Ray engine writes no other); "
+                          f"{{out}} {_braced(out)} names a {out.suffix} file — give a folder such as "
+                          f"{_braced(out.with_suffix(''))}/")
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"{{out}} {_braced(out)} is a file; a folder output needs a folder")
+
+
+class _Folder:
+    """A :class:`ShardFolder` opened for one run: locked, checked against the run's settings, with the
+    shards already done and those to do (see the module docstring)."""
+
+    def __init__(self, job: ScoreJob, runner: _Runner, *, keep_journals: bool):
+        from capscore.report.writers import OutputLock, ShardFiles, load_json, output_names
+
+        output: ShardFolder = job.output
+        self.out = Path(output.path).expanduser()
+        self.created = not self.out.exists()
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CapscoreError(f"{self.out}: cannot create the output folder ({e.strerror or e})") from None
+        try:
+            self.lock = OutputLock(self.out / "_run")  # DIR/_run.lock, held until the summary is written
+        except CapscoreError as e:
+            self._drop_created()
+            if "another capscore process" not in str(e):
+                raise
+            raise CapscoreError(f"{self.out} is being written by another capscore process (it holds "
+                                f"{self.out / '_run.lock'}); wait for it to finish, then resume if needed") from None
+        try:
+            self.out = self.out.resolve()
+            self.files = ShardFiles(self.out, output.format)
+            self.columns = runner.plan.columns
+            self.settings = _json({**runner.config.settings(), "format": output.format})
+            self.shards = list(job.source.shards)
+            self.names = output_names(s.path for s in self.shards)
+            existing = self.files.existing()
+            if existing and not (output.resume or output.overwrite):
+                raise OptionError(f"{_braced(self.out)} already holds shard outputs; use {{resume}} to continue "
+                                  "that run or {overwrite} to replace it")
+            if not output.resume:  # --overwrite (or a new folder)
+                self.files.clear()
+                self.files.summary.unlink(missing_ok=True)
+                existing = {}
+            else:
+                before = load_json(self.files.summary)
+                _check_settings(before if isinstance(before, Mapping) else None, self.settings)
+            current = set(self.names)
+            for name in existing:
+                meta = load_json(self.files.sidecar(name))
+                if name in current and isinstance(meta, Mapping):
+                    _check_settings(meta.get("config"), self.settings)
+            self.orphans = [n for n in existing if n not in current]
+            for name in self.orphans:  # shards no longer in the input: their rows leave the folder
+                self.files.remove(name)
+            self.finished: dict[str, dict] = {}
+            for name, shard in zip(self.names, self.shards):
+                meta = load_json(self.files.sidecar(name)) if name in existing else None
+                if (isinstance(meta, dict) and meta.get("config") == self.settings
+                        and meta.get("input") == shard.fingerprint() and self.files.complete(name, meta)):
+                    self.finished[name] = meta
+            self.todo = [(n, s) for n, s in zip(self.names, self.shards) if n not in self.finished]
+            for name, _ in self.todo:  # a stale or partial output never stays beside the new one
+                self.files.path(name).unlink(missing_ok=True)
+                self.files.sidecar(name).unlink(missing_ok=True)
+            self.files.clear_leftovers(keep_journals=keep_journals)
+        except BaseException:
+            self.release()
+            raise
+
+    def meta(self, name: str, fingerprint: dict, summaries: Mapping[tuple, Summary], items: int) -> dict:
+        """Shard ``name``'s sidecar: the run's settings, the input as it was before reading, its file and
+        counts, and each (model, metric)'s summary state."""
+        return {"config": self.settings, "input": fingerprint, "file": self.files.path(name).name, "items": items,
+                "rows": items * len(summaries),
+                "runs": [{"model": m, "metric": k, "state": s.state()} for (m, k), s in summaries.items()]}
+
+    def _drop_created(self) -> None:
+        if self.created:
+            try:
+                self.out.rmdir()  # a first run that failed before writing anything leaves no empty folder
+            except OSError:
+                pass
+
+    def release(self) -> None:
+        self.lock.release()
+        self._drop_created()
+
+
+def _run_folder(job: ScoreJob, runner: _Runner, executor: Executor) -> dict:
+    folder = _Folder(job, runner, keep_journals=isinstance(executor, LocalExecutor))
     try:
-        before = json.loads(spath.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return  # written atomically; an unreadable one is not ours to judge
-    for key, now in config.items():
-        if key in before and before[key] != now:
-            raise OptionError(f"{{resume}}: {key} was {_braced(repr(before[key]))} in the interrupted run and is "
-                              f"{_braced(repr(now))} now; use the same settings, or {{overwrite}} to start again")
+        engine = getattr(executor, "name", "local")
+        config = runner.config.as_dict()
+        write_json(folder.files.summary, {"status": "running", "engine": engine, **config})
+        t0 = time.perf_counter()
+        metas = dict(folder.finished)
+        with _progress(job, runner) as bar:
+            if folder.todo:
+                metas.update(executor.score_shards(runner, folder.todo, folder, bar))
+        summaries = runner.summaries()
+        for meta in (metas[n] for n in folder.names):
+            for r in meta["runs"]:
+                if (r["model"], r["metric"]) in summaries:
+                    summaries[(r["model"], r["metric"])].merge(r["state"])
+        totals = {"engine": engine, "format": folder.files.fmt, "shards": len(folder.shards),
+                  "shards_resumed": len(folder.finished), "orphans_removed": len(folder.orphans),
+                  "files": [folder.files.path(n).name for n in folder.names], **_totals(job, runner, t0)}
+        result, runs = _record(config, summaries.values(), totals, job)
+        write_json(folder.files.summary, result)
+        result["runs"] = runs
+        return result
+    finally:
+        folder.release()
 
 
+class LocalExecutor:
+    """This process: each shard to do, (model, metric) after (model, metric), through a JSONL journal in its
+    parts folder (written as :class:`FileOutput` rows are: by count and by time), then committed. An
+    interrupted shard's journal is resumed row by row when its input is unchanged."""
+
+    name = "local"
+
+    def encoders(self, job: ScoreJob) -> Mapping:
+        return load_encoders(job)
+
+    def score_shards(self, runner: _Runner, todo: list, folder: _Folder, bar) -> dict[str, dict]:
+        from capscore.report.writers import JOURNAL, JOURNAL_INPUT, RowWriter, load_json, read_rows, repair
+
+        metas = {}
+        for name, shard in todo:
+            fingerprint = shard.fingerprint()  # before reading: a change meanwhile redoes the shard next time
+            parts = folder.files.parts(name)
+            journal, stamp = parts / JOURNAL, parts / JOURNAL_INPUT
+            if journal.exists() and load_json(stamp) != fingerprint:
+                journal.unlink()
+            parts.mkdir(parents=True, exist_ok=True)
+            stamp.write_text(json.dumps(fingerprint) + "\n", encoding="utf-8")
+            prior = journal.exists() and journal.stat().st_size > 0
+            if prior:
+                repair(journal, folder.columns)
+            prior_rows = _Peek(read_rows(journal, folder.columns)) if prior else None
+            writer = RowWriter(journal, "jsonl", existing=prior, columns=folder.columns)
+            buffered = _Buffered(writer, max_rows=runner.job.chunk_size)
+            summaries = runner.summaries()
+            try:
+                _score_into(runner, lambda s=shard: runner.job.source.read(s), buffered, prior_rows, summaries, bar,
+                            where=journal)
+                buffered.flush()
+                writer.close(complete=True)  # kept even when empty: an empty shard commits an empty file
+            finally:
+                buffered.flush()  # the rows scored before an error or an interrupt reach the journal
+                writer.close(complete=False)
+            first = next(iter(summaries.values()))
+            meta = folder.meta(name, fingerprint, summaries, first.count + first.skipped)
+            metas[name] = folder.files.commit(name, meta, folder.columns, journal=journal)
+        return metas
+
+
+# ------------------------------------------------------------------------------------ resume
 def _check_prior_tag(row: dict | None, tag: dict | None, prior: Path, n: int) -> None:
     """The next earlier row (row ``n`` of ``prior``) must belong to the (model, metric) about to run:
     never mix models or metrics, even when the summary file was lost."""
@@ -598,6 +1039,7 @@ def _skip_done(items: Iterator, rows: Iterable[dict], summary: Summary, prior: P
     Rows are written in input order, so the first N items are done exactly when
     the N rows carry their (system, id): nothing is scored twice or left out.
     """
+    items = iter(items)
     n = 0
     for n, row in enumerate(rows, 1):
         item = next(items, None)
@@ -626,32 +1068,37 @@ def _braced(value) -> str:
     return (repr(value) if not isinstance(value, (str, Path)) else str(value)).replace("{", "{{").replace("}", "}}")
 
 
-def write_json(path: Path, obj: dict) -> None:
-    """Write ``obj`` as JSON atomically (a temporary file renamed over ``path``)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def format_summary(result: dict, out: Path, *, quiet: bool = False) -> str:
+def format_summary(result: dict, output: FileOutput | ShardFolder, *, quiet: bool = False) -> str:
     """What ``capscore score`` prints after a run: a line per (model, metric), the per-system means, the files."""
     from capscore._table import format_table
 
     runs, lines, table = result["runs"], [], []
     several = len(runs) > 1
+    if result.get("metric_choice") and any(get_metric(r["metric"]).needs_refs for r in runs):
+        lines.append(f"metric {runs[0]['metric']} ({result['metric_choice']}; --metric names another)")
     for r in runs:
         mean = "n/a" if r["mean"] is None else f"{r['mean']:.4f}"
-        lines.append(f"{r['metric']} with {r['model']}: {r['count']} scored, {r['skipped']} skipped, mean {mean}")
-        head = {"model": r["model"], "metric": r["metric"]} if several else {}
+        own = r.get("aggregate")
+        head = ("" if own is None else
+                f"{own['name']} {'n/a' if own['value'] is None else format(own['value'], '.4f')}, ")
+        lines.append(f"{r['metric']} with {r['model']}: {r['count']} scored, {r['skipped']} skipped, {head}mean {mean}")
+        cols = {"model": r["model"], "metric": r["metric"]} if several else {}
         if len(r["systems"]) > 1 or any(r["systems"]):
-            table += [{**head, "system": name, "mean": m, "count": r["system_counts"][name]}
+            table += [{**cols, "system": name, "mean": m, "count": r["system_counts"][name]}
                       for name, m in r["systems"].items()]
         elif several:
-            table.append({**head, "system": "", "mean": r["mean"], "count": r["count"]})
+            table.append({**cols, "system": "", "mean": r["mean"], "count": r["count"]})
     if table:
         lines.append(format_table(table))
     if "videos_encoded" in result and not quiet:
         lines.append(f"videos: {result['videos_encoded']} decoded and encoded ({result['frames_encoded']} frames, "
                      f"{result['frames']}), {result['videos_cached']} from the cache")
-    lines.append(f"rows: {out}  summary: {summary_path(out)}")
+    if isinstance(output, ShardFolder):
+        out = Path(output.path)
+        lines.append(f"{result['shards']} shards, {result['shards_resumed']} already done"
+                     + (f", {result['orphans_removed']} outputs of shards no longer given removed"
+                        if result["orphans_removed"] else "")
+                     + f"; rows: {out}/<shard>-<hash>.{output.format}  summary: {output.summary}")
+    else:
+        lines.append(f"rows: {output.path}  summary: {summary_path(output.path)}")
     return "\n".join(lines)

@@ -57,7 +57,8 @@ def add_engine_arguments(p, *, score: bool = True) -> None:
     if not score:
         return
     g.add_argument("--out-format", default="parquet", choices=("parquet", "jsonl", "csv"),
-                   help="--engine ray: format of the per-shard files written under --out DIR (default parquet)")
+                   help="sharded input with --out DIR (either engine): format of the per-shard files (default "
+                        "parquet)")
 
 
 def source_given(args) -> bool:
@@ -65,7 +66,8 @@ def source_given(args) -> bool:
 
 
 def ray_options(args):
-    """The Ray engine's options (capscore.engines.ray.RayOptions) from the flags; errors name the flags."""
+    """The Ray engine's options (capscore.engines.ray.RayOptions) from the flags; errors name the flags.
+    Ray's own log lines and progress bars show with ``--debug`` only."""
     from capscore.engines.ray import RayOptions
 
     if args.workers is not None and args.workers < 1:
@@ -75,14 +77,18 @@ def ray_options(args):
     if args.gpus_per_worker <= 0:
         raise CapscoreError(f"--gpus-per-worker must be positive; got {args.gpus_per_worker}")
     return RayOptions(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                      threads_per_worker=args.threads_per_worker, out=getattr(args, "out", "") or "",
-                      out_format=getattr(args, "out_format", "parquet"), resume=getattr(args, "resume", False),
-                      overwrite=getattr(args, "overwrite", False), quiet=getattr(args, "quiet", False))
+                      threads_per_worker=args.threads_per_worker, verbose=bool(getattr(args, "debug", False)))
 
 
-def ray_options_if(args):
-    """RayOptions for ``--engine ray`` (probe, correlate), else None (this process)."""
-    return ray_options(args) if getattr(args, "engine", "local") == "ray" else None
+def encoder_factory(args):
+    """``make_encoder`` for ``--engine local``, its Ray variant for ``--engine ray`` (probe, correlate)."""
+    if getattr(args, "engine", "local") != "ray":
+        from capscore.embed.factory import make_encoder
+
+        return make_encoder
+    from capscore.engines.ray import ray_encoders
+
+    return ray_encoders(ray_options(args))
 
 
 def source_from_args(args) -> ShardedSource | None:

@@ -5,7 +5,6 @@
 writes correlate.json, .csv and correlate_items.jsonl (:func:`capscore.meta.run.write_results`)."""
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
 from capscore.commands import _shards
@@ -104,10 +103,7 @@ def run(args) -> int:
     elif not args.dataset:
         raise CapscoreError("give --dataset NAME (see `capscore correlate -h`) or --scores FILE")
     else:
-        from capscore.engines.ray import make_encoder
-
-        results, significance = M.run_correlate(job, make_encoder=partial(make_encoder,
-                                                                          ray=_shards.ray_options_if(args)))
+        results, significance = M.run_correlate(job, make_encoder=_shards.encoder_factory(args))
     print(M.format_results(results, significance=significance))
     if args.out:
         print("wrote {} and {}".format(*M.write_results(results, output_dir(args.out), significance=significance)))

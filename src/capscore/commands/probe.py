@@ -70,10 +70,8 @@ def configure(p) -> None:
 
 
 def run(args) -> int:
-    from functools import partial
-
     from capscore._log import is_quiet
-    from capscore.engines.ray import make_encoder
+    from capscore.embed.factory import Encoding
     from capscore.probes import job as J
     from capscore.probes.job import COSINE_ONLY_SUITES, RANKING_SUITES
     from capscore.probes.retrieval import RERANK_K
@@ -94,10 +92,10 @@ def run(args) -> int:
     if abe and scorer_name != "abe":
         raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --scorer abe only")
     scorer = get_pair_scorer(scorer_name, prefix=args.prefix, **abe)  # an unknown name: one line, did-you-mean
-    encoder = partial(make_encoder, ray=_shards.ray_options_if(args), device=args.device, dtype=args.dtype,
-                      seed=args.seed, batch_size=args.batch_size, progress=not is_quiet(),
-                      cache=args.cache_dir and Path(args.cache_dir) / "embeddings.sqlite")
+    make = _shards.encoder_factory(args)
+    encoding = Encoding(device=args.device, dtype=args.dtype, seed=job.seed, batch_size=args.batch_size,
+                        cache_dir=args.cache_dir, cache=bool(args.cache_dir))  # probe's default: vectors in memory
     results = J.run_probe(job, args.model, scorer=scorer, out=Path(args.out).expanduser(), fmt=args.format,
-                          inputs=inputs, make_encoder=encoder, device=args.device, dtype=args.dtype)
+                          inputs=inputs, make_encoder=lambda spec: make(spec, encoding, progress=not is_quiet()))
     print(J.format_summary(results), flush=True)
     return 0

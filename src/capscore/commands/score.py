@@ -1,8 +1,9 @@
 """``capscore score``: score caption files against images or videos, one row per caption, resumable.
 
 Flags become a :class:`capscore.pipeline.ScoreJob`; :func:`capscore.pipeline.run`
-does the rest (chunked scoring, error rows, resume, summary), or the Ray engine
-for ``--engine ray``. See docs/score.md and docs/video.md.
+does the rest (chunked scoring, error rows, resume, summary), in this process or,
+with ``--engine ray``, with the Ray engine's executor. See docs/score.md,
+docs/video.md and docs/scale.md.
 """
 from __future__ import annotations
 
@@ -36,13 +37,16 @@ def configure(p) -> None:
     p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]}, COCO captions_*.json, "
                                                   "or JSONL/CSV image, refs")
     add_metric(p, metric_names(), default=None,
-               default_help="refclip-s with references (emscore-ref for videos), else clip-s, or specs "
-                            "when every --model is a SPECS checkpoint")
+               default_help="refclip-s when the captions carry references (--refs, a refs field or "
+                            "--refs-column; emscore-ref for videos), else clip-s, or specs when every "
+                            "--model is a SPECS checkpoint")
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family on images, '' otherwise)")
-    p.add_argument("--out", required=True, metavar="FILE",
-                   help="results: .jsonl, .csv, .parquet, or .json (COCO results: [{image_id, caption, score, ...}])")
+    p.add_argument("--out", required=True, metavar="FILE|DIR",
+                   help="results: .jsonl, .csv, .parquet, or .json (COCO results: [{image_id, caption, score, ...}]); "
+                        "with sharded input also a folder (DIR/ or a name without suffix): one file per input "
+                        "shard, --out-format")
     p.add_argument("--skip-bad", action="store_true",
                    help="write an error row for a bad item and go on (default: stop with an error)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run writing to --out")
@@ -50,7 +54,7 @@ def configure(p) -> None:
     add_device(p)
     p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
     p.add_argument("--chunk-size", type=positive_int, default=2048, metavar="N",
-                   help="captions scored and written per chunk (default 2048)")
+                   help="rows written at once (default 2048; rows also reach the file every few seconds)")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore "
                                                           "or $CAPSCORE_CACHE)")
@@ -70,7 +74,7 @@ def configure(p) -> None:
 def job_from_args(args):
     """The typed job the flags describe (inputs are indexed and checked here, before any model loads)."""
     from capscore.data.sources import CaptionFiles
-    from capscore.pipeline import Encoding, Output, ScoreJob, default_metric
+    from capscore.pipeline import Encoding, FileOutput, ScoreJob, ShardFolder, choose_metric, is_folder_output
 
     medium = "video" if args.videos else "image"
     if args.videos and (args.images or _shards.source_given(args)):
@@ -84,10 +88,13 @@ def job_from_args(args):
                                 "--hf-dataset")
         refuse_input_as_output(args.out, {"--captions": args.captions, "--refs": args.refs,
                                           "--images": args.images or args.videos})
-        source = CaptionFiles(args.images or args.videos, args.captions, args.refs, medium=medium)
-    has_refs = bool(args.refs or getattr(args, "refs_column", None))
-    metrics = tuple(args.metric) if args.metric else (
-        default_metric(has_refs=has_refs, medium=medium, models=args.model),)
+        source = CaptionFiles(args.images or args.videos, args.captions, args.refs, medium=medium).open()
+    metric_choice = ""
+    if args.metric:
+        metrics = tuple(args.metric)
+    else:
+        name, metric_choice = choose_metric(source, medium, models=args.model)
+        metrics = (name,)
     _check_medium(metrics, medium)
     abe = abe_options(args)
     if abe and "abe" not in metrics:
@@ -102,10 +109,14 @@ def job_from_args(args):
     encoding = Encoding(device=args.device, dtype=args.dtype, seed=args.seed, context_length=args.context_length,
                         trust_remote_code=args.trust_remote_code, rgb_order=args.rgb_order,
                         batch_size=args.batch_size, cache_dir=args.cache_dir, cache=not args.no_cache)
-    output = Output(Path(args.out), resume=args.resume, overwrite=args.overwrite) if args.engine != "ray" else None
+    folder = args.engine == "ray" or is_folder_output(args.out)
+    if folder:
+        output = ShardFolder(Path(args.out), format=args.out_format, resume=args.resume, overwrite=args.overwrite)
+    else:
+        output = FileOutput(Path(args.out), resume=args.resume, overwrite=args.overwrite)
     return ScoreJob(source=source, models=tuple(args.model), metrics=metrics, prefix=args.prefix, options=options,
                     output=output, skip_bad=args.skip_bad, encoding=encoding, chunk_size=args.chunk_size,
-                    progress=not getattr(args, "quiet", False))
+                    progress=not getattr(args, "quiet", False), metric_choice=metric_choice)
 
 
 def _check_medium(metrics, medium: str) -> None:
@@ -119,21 +130,21 @@ def _check_medium(metrics, medium: str) -> None:
 def run(args) -> int:
     from capscore import pipeline
 
-    if args.engine != "ray":
+    if args.engine != "ray" and not pipeline.is_folder_output(args.out):
         from capscore.report.writers import output_format
 
-        output_format(Path(args.out))
+        output_format(Path(args.out))  # a format we can write, before the inputs are read
     job = job_from_args(args)
+    executor = None
     if args.engine == "ray":  # source_from_args refuses --engine ray without a sharded source
-        from capscore.engines.ray import run_score
+        from capscore.engines.ray import RayExecutor
 
-        return run_score(job, ray=_shards.ray_options(args))
-    if hasattr(job.source, "open"):
-        job.source.open()  # whole-file checks now, not after the models load
-    result = pipeline.run(job)
-    print(pipeline.format_summary(result, job.output.path, quiet=getattr(args, "quiet", False)))
-    from capscore.meta.compare import score_system_tests  # several systems: paired tests between them
+        executor = RayExecutor(_shards.ray_options(args))
+    result = pipeline.run(job, executor=executor)
+    print(pipeline.format_summary(result, job.output, quiet=getattr(args, "quiet", False)))
+    if isinstance(job.output, pipeline.FileOutput):
+        from capscore.meta.compare import score_system_tests  # several systems: paired tests between them
 
-    if tests := score_system_tests(job, result):
-        print(tests)
+        if tests := score_system_tests(job, result):
+            print(tests)
     return 0

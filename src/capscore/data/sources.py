@@ -2,8 +2,10 @@
 
 A source yields :class:`~capscore.data.records.Record` s (and
 :class:`~capscore.data.captions.BadItem` s for items that failed to load) in a
-stable order, may be read more than once (once per model × metric), and
-describes itself for the run's summary (``--resume`` compares descriptions).
+stable order, may be read more than once (once per model × metric), says
+whether its records carry references (``has_refs``: the default metric is then
+the reference-based one, wherever the references were written), and describes
+itself for the run's summary (``--resume`` compares descriptions).
 
 * :class:`CaptionFiles` — an image or video index plus caption files (each a
   system) and optional references: ``capscore score --images/--videos --captions``.
@@ -74,6 +76,12 @@ class CaptionFiles:
     def count(self) -> int | None:
         return count_captions(self.captions)
 
+    def has_refs(self) -> bool:
+        """Whether any record carries references: from ``--refs``, or a ``refs`` field of the captions."""
+        if self.refs:
+            return True
+        return any(getattr(x, "refs", ()) for x in self.items())
+
     def describe(self) -> dict:
         key = "videos" if self.medium == "video" else "images"
         return {key: _abs(self.media), "captions": [_abs(c) for c in self.captions],
@@ -86,7 +94,11 @@ class CaptionFiles:
 
 @dataclass(frozen=True)
 class ShardedSource:
-    """WebDataset / Parquet / HF-dataset shards (``kind`` = webdataset | parquet | hf)."""
+    """WebDataset / Parquet / HF-dataset shards (``kind`` = webdataset | parquet | hf).
+
+    Every engine reads a shard through :meth:`read`, so its records carry the source's
+    :attr:`system` name (as a captions file names its system) in every engine.
+    """
 
     kind: str
     spec: str
@@ -100,17 +112,41 @@ class ShardedSource:
 
         return cls(kind, spec, tuple(list_shards(kind, spec, split=split)), options)
 
-    def items(self) -> Iterator:
+    @property
+    def system(self) -> str:
+        """The caption set's name: the input's stem, as ``--captions FILE`` names its system after the file
+        (a folder's name; for a brace pattern or glob, its folder's name)."""
+        p = Path(self.spec.rstrip("/\\") or self.spec)
+        name = p.name if p.is_dir() else p.stem
+        if any(c in name for c in "{*?["):
+            name = p.parent.name
+        return name or self.kind
+
+    def read(self, shard: Shard) -> Iterator:
+        """One shard's items in order, each tagged with :attr:`system`."""
+        from dataclasses import replace
+
         from capscore.data.shards import read_shard
 
-        return itertools.chain.from_iterable(read_shard(s, self.options) for s in self.shards)
+        system = self.system
+        for item in read_shard(shard, self.options):
+            yield item if item.system else replace(item, system=system)
+
+    def items(self) -> Iterator:
+        return itertools.chain.from_iterable(self.read(s) for s in self.shards)
 
     def count(self) -> int | None:
         return None
 
+    def has_refs(self) -> bool:
+        return self.options.refs_key is not None
+
+    def settings(self) -> dict:
+        """How each shard is read (what a shard's output depends on besides its own bytes)."""
+        return {"source": self.kind, "options": dict(self.options.__dict__)}
+
     def describe(self) -> dict:
-        return {"source": self.kind, "spec": self.spec, "options": self.options.__dict__,
-                "shards": [s.path for s in self.shards]}
+        return {**self.settings(), "spec": self.spec, "shards": [s.path for s in self.shards]}
 
 
 @dataclass(frozen=True)
@@ -126,6 +162,9 @@ class InMemory:
 
     def count(self) -> int | None:
         return len(self.records)
+
+    def has_refs(self) -> bool:
+        return any(getattr(r, "refs", ()) for r in self.records)
 
     def describe(self) -> dict:
         return {"source": "memory", "items": len(self.records)}

@@ -76,10 +76,12 @@ class CorrelateJob:
                                   f"video datasets only: {', '.join(VIDEO_DATASETS)})", getattr(self, name))
 
 
-def _local_encoder(backbone, *, spec, device, dtype, seed, **kw):
-    from capscore.embed.engine import Encoder
+def _encoding(job: CorrelateJob):
+    """The job's encoder settings as the one :class:`~capscore.embed.factory.Encoding`."""
+    from capscore.embed.factory import Encoding
 
-    return Encoder(backbone, **kw)
+    return Encoding(device=job.device, dtype=job.dtype, seed=job.seed, batch_size=job.batch_size,
+                    cache_dir=job.cache_dir, cache=not job.no_cache)
 
 
 def load(job: CorrelateJob, *, size: int | None = None):
@@ -105,29 +107,23 @@ def drawn_for(backbone, ds, redraw):
     return ds if drawn is None or drawn == wanted else redraw(wanted)
 
 
-def _cache(job: CorrelateJob):
-    from capscore.embed.cache import EmbeddingCache
-    from capscore.embed.engine import MemoryCache
-
-    return MemoryCache() if job.no_cache else EmbeddingCache(job.cache_dir)
-
-
 def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds=None):
     """Score the image dataset ``job.dataset`` with every metric on every backbone -> (results, significance).
 
-    ``make_encoder(backbone, spec=, device=, dtype=, seed=, batch_size=, cache=, progress=)`` builds each
-    backbone's encoder (default: a local :class:`~capscore.embed.engine.Encoder`; ``capscore.engines.ray``
-    supplies a Ray one). ``ds`` is the loaded dataset (default :func:`load`). The classic (text-only) metrics
+    ``make_encoder(spec, encoding, store=, progress=)`` builds each backbone's encoder (default:
+    :func:`capscore.embed.factory.make_encoder`; :func:`capscore.engines.ray.ray_encoders` gives the Ray
+    variant); every model shares one cache. ``ds`` is the loaded dataset (default :func:`load`). The classic (text-only) metrics
     are scored once, without a backbone. ``significance`` is :func:`significance`'s comparison (``None``
     without bootstrap or with fewer than two metric rows).
     """
     from capscore._log import is_quiet, log, progress
-    from capscore.backbones import load_backbone
+    from capscore.embed.factory import make_encoder as local_encoder
+    from capscore.embed.factory import open_cache
     from capscore.meta.evaluate import evaluate, text_only
     from capscore.pipeline import check_fit
     from capscore.scores.metric import get_metric
 
-    make_encoder = make_encoder or _local_encoder
+    make_encoder = make_encoder or local_encoder
     metrics = [get_metric(m) for m in job.metrics]  # unknown names fail before any model loads
     for m in metrics:
         if "image" not in m.media:
@@ -141,14 +137,14 @@ def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds
     results = [evaluate(ds, None, m, options={"tokenizer": job.tokenizer}, **common)
                for m in metrics if text_only(m)]  # the classic metrics read text only: scored once
     metrics = [m for m in metrics if not text_only(m)]
-    cache = _cache(job) if metrics else None
+    encoding = _encoding(job)
+    store = open_cache(encoding) if metrics else None
     for spec in job.models if metrics else ():
-        backbone = load_backbone(spec, device=job.device, dtype=job.dtype, seed=job.seed)
+        encoder = make_encoder(spec, encoding, store=store, progress=not is_quiet())
+        backbone = encoder.backbone
         ds = drawn_for(backbone, ds, lambda size: load(job, size=size))
         for m in metrics:
             check_fit(m, backbone)
-        encoder = make_encoder(backbone, spec=spec, device=job.device, dtype=job.dtype, seed=job.seed,
-                               batch_size=job.batch_size, cache=cache, progress=not is_quiet())
         with progress(len(metrics), desc=f"correlate {spec}", unit="metric") as bar:
             for m in metrics:
                 results.append(evaluate(ds, encoder, m, prefix=job.prefix, **common))
@@ -244,9 +240,8 @@ def run_correlate_video(job: CorrelateJob):
     """``job.dataset`` one of the video datasets (vatex-eval, activitynet-foil, scenes-video): every video
     metric on every backbone, over frames sampled by ``job.frames`` (default uniform:10; docs/video.md)."""
     from capscore._log import is_quiet
-    from capscore.backbones import load_backbone
     from capscore.data.video import Sampling
-    from capscore.embed.engine import Encoder
+    from capscore.embed.factory import make_encoder, open_cache
     from capscore.meta.video import evaluate_video, load_video_dataset
     from capscore.scores.video import VIDEO_METRICS, get_video_metric
 
@@ -261,12 +256,12 @@ def run_correlate_video(job: CorrelateJob):
     metrics = [get_video_metric(m) for m in job.metrics]
     sampling = Sampling.parse(job.frames or "uniform:10")
     ds = load_video_dataset(job.dataset, job.path, job.videos, seed=job.seed, n_scenes=job.scenes)
-    cache, results = _cache(job), []
+    encoding = _encoding(job)
+    store, results = open_cache(encoding), []
     for spec in job.models:
-        backbone = load_backbone(spec, device=job.device, dtype=job.dtype, seed=job.seed)
-        ds = drawn_for(backbone, ds, lambda size: load_video_dataset(job.dataset, seed=job.seed,
-                                                                     n_scenes=job.scenes, size=size))
-        encoder = Encoder(backbone, batch_size=job.batch_size, cache=cache, progress=not is_quiet())
+        encoder = make_encoder(spec, encoding, store=store, progress=not is_quiet())
+        ds = drawn_for(encoder.backbone, ds, lambda size: load_video_dataset(job.dataset, seed=job.seed,
+                                                                             n_scenes=job.scenes, size=size))
         for m in metrics:
             results.append(evaluate_video(ds, encoder, m, n_refs=job.n_refs, sampling=sampling,
                                           prefix=job.prefix or "", idf=job.idf, n_resamples=job.bootstrap,

@@ -150,21 +150,19 @@ def probe_model(job: ProbeJob, encoder, kind: str, inputs, scorer):
 
 
 def run_probe(job: ProbeJob, models: Sequence[str], *, scorer, out: Path, fmt: str = "jsonl",
-              make_encoder: Callable, device: str = "cpu", dtype: str = "fp32", inputs: tuple | None = None) -> list:
+              make_encoder: Callable, inputs: tuple | None = None) -> list:
     """Every model in turn: its per-item rows to ``out/SUITE__MODEL.fmt`` (jsonl or parquet) as soon as it
-    is done, then ``out/SUITE.summary.json``. Each model is loaded on ``device`` in ``dtype`` (random-init
-    architectures from ``job.seed``) and encoded by ``make_encoder(backbone, spec=spec)``; ``out`` is
-    created after the first model loaded (a bad model spec leaves no folder). ``inputs``: :func:`load_inputs`'s
-    result when already loaded."""
+    is done, then ``out/SUITE.summary.json``. Each model's encoder is ``make_encoder(spec)`` (the caller's
+    :func:`capscore.embed.make_encoder` with its Encoding — device, dtype, random-init seed — or the Ray
+    variant); ``out`` is created after the first model loaded (a bad model spec leaves no folder).
+    ``inputs``: :func:`load_inputs`'s result when already loaded."""
     from capscore._log import progress
-    from capscore.backbones import load_backbone
 
     kind, inputs = inputs or load_inputs(job)
     results = []
     with progress(len(models), desc=f"probe {job.suite}", unit="model", leave=False) as bar:
         for spec in models:
-            backbone = load_backbone(spec, device=device, dtype=dtype, seed=job.seed)
-            res = probe_model(job, make_encoder(backbone, spec=spec), kind, inputs, scorer)
+            res = probe_model(job, make_encoder(spec), kind, inputs, scorer)
             try:
                 Path(out).mkdir(parents=True, exist_ok=True)
             except OSError as e:

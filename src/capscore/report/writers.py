@@ -299,7 +299,7 @@ def _journal_to_coco(journal: Path, out: Path, columns: tuple[str, ...] = COLUMN
 
 def _journal_to_parquet(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS, batch: int = 65536) -> None:
     pa, pq = require("pyarrow", purpose="a .parquet output"), require("pyarrow.parquet", purpose="a .parquet output")
-    schema = pa.schema([(c, pa.string() if c in TEXT_COLUMNS else pa.float64()) for c in columns])
+    schema = arrow_schema(columns)
     tmp = out.with_name(out.name + ".tmp")
     with pq.ParquetWriter(tmp, schema) as w:
         rows: list[dict] = []
@@ -387,3 +387,234 @@ def _open_locked(path: Path, fmt: str, *, resume: bool, overwrite: bool, run: di
         if prior.suffix.lower() == ".csv" and prior.stat().st_size == 0:
             prior = None  # even the header was cut short: start again
     return RowWriter(path, fmt, existing=prior is not None, columns=columns, run=run, lock=lock), prior
+
+
+# ------------------------------------------------------------------------------ a folder of shard files
+SIDECAR_DIR = "_shards"
+PARTS_DIR = "parts"  # DIR/_shards/parts/<name>/: a shard's rows until its commit
+JOURNAL = "journal.jsonl"  # the single-process engine's rows of one shard in progress (in its parts folder)
+JOURNAL_INPUT = "input.json"  # beside it: the shard's size and mtime when the journal was begun
+
+
+def shard_output_name(path: str | os.PathLike) -> str:
+    """``<stem>-<first 8 hex digits of sha1(absolute path)>``: a function of the shard alone, never of the
+    other shards of the run (``shards/00000.tar`` -> ``00000-3f2a…``; ``a/x.tar`` and ``b/x.tar`` differ)."""
+    import hashlib
+
+    path = os.path.abspath(path)
+    stem = Path(path).name.split(".")[0] or "shard"
+    return f"{stem}-{hashlib.sha1(os.fsencode(path)).hexdigest()[:8]}"
+
+
+def output_names(paths: Iterable) -> list[str]:
+    """Each shard's output name (:func:`shard_output_name`); the k-th time (k ≥ 2) the same file is listed,
+    ``~k`` is added, so a shard given twice gives two files of the same rows, as one file would hold them
+    twice."""
+    seen: dict[str, int] = {}
+    names = []
+    for p in paths:
+        base = shard_output_name(p)
+        seen[base] = seen.get(base, 0) + 1
+        names.append(base if seen[base] == 1 else f"{base}~{seen[base]}")
+    return names
+
+
+def part_name(model: int, metric: int, first: int, n: int, fmt: str) -> str:
+    """``m<model>-k<metric>-<first position>-<rows>.<fmt>``: a block scored again writes the same name."""
+    return f"m{model}-k{metric}-{first:012d}-{n}.{fmt}"
+
+
+def parse_part(name: str) -> tuple[int, int, int, int] | None:
+    stem, _, _ = name.partition(".")
+    try:
+        m, k, first, n = stem.split("-")
+        return int(m[1:]), int(k[1:]), int(first), int(n)
+    except ValueError:
+        return None
+
+
+def arrow_schema(columns: tuple):
+    pa = require("pyarrow", purpose="a .parquet output")
+    return pa.schema([(c, pa.string() if c in TEXT_COLUMNS else pa.float64()) for c in columns])
+
+
+def write_part(path: Path, rows: list[dict], fmt: str, columns: tuple) -> None:
+    """Write one block's ``rows`` to ``path`` atomically (a unique temporary name, then a rename): the same
+    block written twice gives the same file. JSONL/CSV parts are written by :class:`RowWriter` (CSV without
+    a header: the commit adds one). Parquet parts are not fsynced: an uncommitted shard's parts are redone."""
+    import uuid
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        if fmt == "parquet":
+            pa, pq = require("pyarrow", purpose="a .parquet output"), require("pyarrow.parquet", purpose="Parquet")
+            pq.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(columns)), tmp)
+        else:
+            w = RowWriter(tmp, fmt, existing=True, columns=columns)  # existing: no CSV header in a part
+            w.write(rows)
+            w.close(complete=True)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, obj) -> None:
+    """Write ``obj`` as JSON atomically (a temporary file renamed over ``path``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_json(path: Path):
+    """The JSON in ``path``, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def count_rows(path: Path) -> int:
+    """Complete rows in a row file (raises when it is unreadable)."""
+    if path.suffix == ".parquet":
+        pq = require("pyarrow.parquet", purpose="reading Parquet")
+        return pq.ParquetFile(path).metadata.num_rows
+    with open(path, encoding="utf-8", newline="") as f:
+        if path.suffix == ".csv":
+            return sum(1 for _ in csv.DictReader(f))
+        return sum(1 for line in f if line.strip() and json.loads(line) is not None)
+
+
+class ShardFiles:
+    """The files of a folder output (the layout both engines write; see :mod:`capscore.pipeline`):
+
+    ``DIR/<name>.<fmt>`` (a shard's rows), ``DIR/_shards/<name>.json`` (its sidecar: settings, input
+    fingerprint, file, row count, per-(model, metric) totals), ``DIR/_shards/parts/<name>/`` (its rows until
+    the commit), ``DIR/_summary.json`` and the lock ``DIR/_run.lock``. File mechanics only: what the
+    sidecars mean is the run protocol's business.
+    """
+
+    def __init__(self, out: Path, fmt: str):
+        self.out, self.fmt = Path(out), fmt
+
+    @property
+    def summary(self) -> Path:
+        return self.out / "_summary.json"
+
+    def path(self, name: str) -> Path:
+        return self.out / f"{name}.{self.fmt}"
+
+    def sidecar(self, name: str) -> Path:
+        return self.out / SIDECAR_DIR / f"{name}.json"
+
+    def parts(self, name: str) -> Path:
+        return self.out / SIDECAR_DIR / PARTS_DIR / name
+
+    def existing(self) -> dict[str, Path]:
+        """Sidecars in the folder, by output name."""
+        if not self.out.is_dir():
+            return {}
+        return {p.name[: -len(".json")]: p for p in sorted(self.out.glob(f"{SIDECAR_DIR}/*.json"))}
+
+    def remove(self, name: str) -> None:
+        """The output of ``name``: its file (and the one its sidecar names, if in this folder), sidecar, parts."""
+        import shutil
+
+        meta = load_json(self.sidecar(name))
+        files = {self.path(name)}
+        if isinstance(meta, dict) and isinstance(meta.get("file"), str):
+            files.add(self.out / meta["file"])
+        for q in files:
+            if q.parent == self.out and q.is_file():
+                q.unlink()
+        self.sidecar(name).unlink(missing_ok=True)
+        shutil.rmtree(self.parts(name), ignore_errors=True)
+
+    def clear(self) -> None:
+        import shutil
+
+        for name in self.existing():
+            self.remove(name)
+        shutil.rmtree(self.out / SIDECAR_DIR / PARTS_DIR, ignore_errors=True)
+
+    def clear_leftovers(self, *, keep_journals: bool = False) -> None:
+        """Parts of an interrupted run (its single-process journals too, unless ``keep_journals``) and the
+        temporaries of a commit killed mid-write."""
+        import shutil
+
+        root = self.out / SIDECAR_DIR / PARTS_DIR
+        for folder in sorted(root.iterdir()) if root.is_dir() else ():
+            if keep_journals and (folder / JOURNAL).is_file():
+                for p in folder.iterdir():
+                    if p.name not in (JOURNAL, JOURNAL_INPUT):
+                        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            elif folder.is_dir():
+                shutil.rmtree(folder, ignore_errors=True)
+            else:
+                folder.unlink(missing_ok=True)
+        for p in [*self.out.glob(".*.tmp"), *self.out.glob(f"{SIDECAR_DIR}/*.json.tmp")]:
+            p.unlink(missing_ok=True)
+
+    def complete(self, name: str, meta: dict) -> bool:
+        """Whether ``name``'s file is the one its sidecar ``meta`` names, with that many rows."""
+        if meta.get("file") != self.path(name).name:
+            return False
+        try:
+            return count_rows(self.path(name)) == meta.get("rows")
+        except Exception:  # unreadable, missing or half-written: redo it
+            return False
+
+    def commit(self, name: str, meta: dict, columns: tuple, *, parts: list[Path] | None = None,
+               journal: Path | None = None) -> dict:
+        """Make ``DIR/<name>.<fmt>`` from the shard's rows — block ``parts`` in this format, in order, or one
+        JSONL ``journal`` — sidecar first (it names the file and its row count), then the file (temporary
+        name, fsync, rename), then the parts folder is removed. Returns ``meta``."""
+        import shutil
+
+        write_json(self.sidecar(name), meta)
+        tmp = self.out / f".{name}.{self.fmt}.tmp"
+        if journal is not None:
+            {"parquet": _journal_to_parquet, "csv": _journal_to_csv, "jsonl": _journal_copy}[self.fmt](
+                journal, tmp, columns)
+        elif self.fmt == "parquet":
+            pq = require("pyarrow.parquet", purpose="a .parquet output")
+            schema = arrow_schema(columns)
+            with pq.ParquetWriter(tmp, schema) as w:
+                for p in parts or ():
+                    w.write_table(pq.read_table(p, schema=schema))
+                if not parts:
+                    w.write_table(schema.empty_table())
+        else:
+            with open(tmp, "wb") as f:
+                if self.fmt == "csv":
+                    head = io.StringIO()
+                    csv.writer(head, lineterminator="\n").writerow(columns)
+                    f.write(head.getvalue().encode("utf-8"))
+                for p in parts or ():
+                    with open(p, "rb") as part:
+                        shutil.copyfileobj(part, f, 1 << 20)
+        _fsync(tmp)
+        os.replace(tmp, self.path(name))
+        shutil.rmtree(self.parts(name), ignore_errors=True)
+        return meta
+
+
+def _journal_copy(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS) -> None:
+    import shutil
+
+    shutil.copyfile(journal, out)
+
+
+def _journal_to_csv(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS) -> None:
+    w = RowWriter(out, "csv", existing=False, columns=columns)
+    w.write(read_rows(journal, columns))
+    w.close(complete=True)

@@ -135,6 +135,9 @@ class Metric:
     # (spec, family) of a backbone -> a warning when its weights are not the ones the metric was made for
     # (the numbers are still computed), else None; None = any CLIP-style weights fit
     weights_check: Any = None
+    # a zero-argument factory of the metric's own headline (capscore.scores.aggregate.Aggregate, e.g. a
+    # corpus-level score from per-item statistics); None: the headline is the mean of the per-item scores
+    aggregate: Any = None
 
     @property
     def media(self) -> tuple[str, ...]:
