@@ -131,7 +131,10 @@ def items_from_batches(batches: Iterable, cols: dict, *, path: str, name: str,
             yield BadItem(f"{name}:row-group-{batch.group}", path, "", "", where, batch.why)
             row += batch.num_rows
             continue
-        data = {k: batch.column(c).to_pylist() for k, c in cols.items() if c}
+        try:
+            data = {k: batch.column(c).to_pylist() for k, c in cols.items() if c}
+        except ValueError as e:  # e.g. a string column holding bytes that are not UTF-8 (UnicodeDecodeError)
+            raise InputError(path, f"unreadable values after row {row} ({_first_line(e)})") from None
         for j in range(batch.num_rows):
             ident = str(data["id"][j]) if "id" in data and data["id"][j] is not None else f"{name}:{row}"
             yield _item(ident, data["image"][j], data["caption"][j], data["refs"][j] if "refs" in data else None,

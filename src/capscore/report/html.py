@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from capscore._optional import require
+from capscore._table import format_p
 from capscore.errors import param_error
 from capscore.report.rows import DEFAULT_LIMITS, Limits
 from capscore.report.runs import CorrelateRun, ProbeRun, Runs, discover, finite
@@ -383,8 +384,10 @@ def _stat_cell(s: dict) -> str:
     return f"{v:.1f}" + (f" [{lo:.1f}, {hi:.1f}]" if lo is not None and hi is not None else "")
 
 
-def _p_matrix(names: list, m: list) -> str:
-    return table(["", *names], [[a, *("–" if v is None else f"{v:.3f}" for v in row)] for a, row in zip(names, m)])
+def _p_matrix(names: list, m: list, resamples: int | None = None) -> str:
+    """A p-value matrix; with ``resamples``, p below 1/R reads ``< 1/R`` (:func:`capscore._table.format_p`)."""
+    return table(["", *names], [[a, *("–" if finite(v) is None else format_p(v, resamples) for v in row)]
+                                for a, row in zip(names, m)])
 
 
 def _significance(sig: dict) -> str:
@@ -395,22 +398,39 @@ def _significance(sig: dict) -> str:
             f"α = {esc(sig.get('alpha'))})</h4>"
             f"<p>cluster of the best: <b>{esc(', '.join(sig.get('cluster') or []))}</b></p>"
             f"<p>paired bootstrap p of {esc(sig.get('kind'))}(row) − {esc(sig.get('kind'))}(column)</p>"
-            + _p_matrix(names, sig.get("tau_p") or [])
+            + _p_matrix(names, sig.get("tau_p") or [], _resamples(sig.get("n_resamples")))
             + "<p>Williams test p (Pearson r of row greater than of column)</p>" + _p_matrix(names, sig.get("williams_p") or []))
 
 
+def _resamples(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _system_tests(tests: list) -> str:
-    rows = []
+    rows, left = [], []
     for t in tests:
-        boot, ar = (t.get("tests") or [{}, {}])[:2]
-        ci = [finite(v) for v in (boot.get("ci") or [None, None])[:2]]
-        num = [finite(v) for v in (boot.get("delta"), boot.get("p_value"), ar.get("p_value"))]
-        delta, p_boot, p_ar = ("–" if v is None else f"{v:.4f}" for v in num)
-        rows.append([t.get("model"), t.get("metric"), t.get("a"), t.get("b"), t.get("paired"), delta,
+        if not isinstance(t, dict):
+            continue
+        if t.get("left_out"):
+            left.append(f"{t.get('a')} vs {t.get('b')} ({t.get('metric')}, {t.get('model')}): {t['left_out']}")
+            continue
+        boot, ar = (list(t.get("tests") or []) + [{}, {}])[:2]
+        boot, ar = (x if isinstance(x, dict) else {} for x in (boot, ar))
+        ci = [finite(v) for v in (list(boot.get("ci") or []) + [None, None])[:2]]
+        delta = finite(boot.get("delta"))
+        p_boot, p_ar = ("–" if finite(x.get("p_value")) is None else format_p(x["p_value"], _resamples(x.get("n_resamples")))
+                        for x in (boot, ar))
+        rows.append([t.get("model"), t.get("metric"), t.get("a"), t.get("b"), t.get("paired"),
+                     "–" if delta is None else f"{delta:.4f}",
                      f"[{ci[0]:.4f}, {ci[1]:.4f}]" if None not in ci else "–", p_boot, p_ar])
-    return ("<p><b>paired tests between systems</b> (images resampled as clusters)</p>"
-            + table(["model", "metric", "A", "B", "paired", "A − B", "95% CI", "p bootstrap", "p randomisation"],
-                    rows))
+    out = ""
+    if rows:
+        out += ("<p><b>paired tests between systems</b> (images resampled as clusters)</p>"
+                + table(["model", "metric", "A", "B", "paired", "A − B", "95% CI", "p bootstrap", "p randomisation"],
+                        rows))
+    if left:
+        out += _note("left out of the paired tests: " + "; ".join(left))
+    return out
 
 
 def section_correlation(runs: Runs) -> str:
