@@ -39,4 +39,7 @@ def run(args) -> int:
         out = write_results(output_dir(args.out) / "reproduce.json", results, table=args.table, data_root=data_root,
                             weights_root=weights_root, seed=args.seed)
         print(f"wrote {out}")
+    if not any(r.ours is not None for r in results):  # nothing was reproduced: not a success
+        raise CapscoreError(f"no row of {args.table} could be run ({results[0].skipped}"
+                            + (f", and {len(results) - 1} more" if len(results) > 1 else "") + "); see capscore doctor")
     return 0

@@ -137,13 +137,17 @@ def _score_block(b) -> str:
         return out[0] + _note("no scored rows")
     extra = b.parts
     stats_rows = []
-    for system, d in sorted(b.systems.items()):
-        x = np.frombuffer(d.scores, dtype=np.float64)
-        stats_rows.append([system or "(none)", len(x), float(x.mean()), float(np.median(x)), float(x.std()),
-                           float(x.min()), float(x.max())]
-                          + [d.parts[c][0] / d.parts[c][1] if c in d.parts else None for c in extra])
+    with np.errstate(over="ignore", invalid="ignore"):  # scores near ±1e308: an overflow shows as "–", noted
+        for system, d in sorted(b.systems.items()):
+            x = np.frombuffer(d.scores, dtype=np.float64)
+            stats_rows.append([system or "(none)", len(x), float(x.mean()), float(np.median(x)), float(x.std()),
+                               float(x.min()), float(x.max())]
+                              + [d.parts[c][0] / d.parts[c][1] if c in d.parts else None for c in extra])
     out.append(table(["system", "n", "mean", "median", "std", "min", "max"]
                      + [f"mean {PART_NAMES.get(c, c)}" for c in extra], stats_rows))
+    if any(isinstance(v, float) and not math.isfinite(v) for r in stats_rows for v in r):
+        out.append(_note("some statistics overflow 64-bit floats on these scores (values near ±1e308) and are "
+                         "shown as –"))
     out.append(_score_plot(b))
     ex = [("lowest", *x) for x in b.lowest] + [("highest", *x) for x in b.highest]
     out.append("<details><summary>lowest and highest scored captions</summary>"
@@ -154,10 +158,12 @@ def _score_block(b) -> str:
 def _score_plot(b) -> str:
     scores = {k: d.scores for k, d in b.systems.items()}
     systems = sorted(scores, key=lambda k: -len(scores[k]))[:MAX_SYSTEMS_PLOTTED]
-    fig = figure(10, 3.6)
-    ax_h, ax_b = fig.subplots(1, 2, width_ratios=(3, 2))
     lo = min(min(scores[s]) for s in systems)
     hi = max(max(scores[s]) for s in systems)
+    if not math.isfinite(hi - lo):  # the bins and quartile whiskers would overflow
+        return _note(f"no plot: the scores span {lo:g} to {hi:g}, wider than 64-bit floats can bin")
+    fig = figure(10, 3.6)
+    ax_h, ax_b = fig.subplots(1, 2, width_ratios=(3, 2))
     bins = 30 if hi > lo else 1
     for i, sys_ in enumerate(systems):
         ax_h.hist(scores[sys_], bins=bins, range=(lo, hi if hi > lo else lo + 1e-6), histtype="step",
