@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capscore.errors import CapscoreError, InputError
+from capscore.errors import CapscoreError, InputError, OptionError, braced
 
 if TYPE_CHECKING:  # scipy (1.5 s to import) only when two systems are compared
     from capscore.meta.significance import SystemTest
@@ -51,6 +51,7 @@ def read_system(path, *, match: str = "id", score_column: str = "score"
     empty = 0
     made_by: tuple[str, str] | None = None
     first = ""
+    system: tuple[str, str] | None = None  # (name, where first seen)
     for where, row in _rows(path):
         need = ["image", score_column] + (["id"] if match == "id" else [])
         missing = [c for c in need if c not in row]
@@ -64,6 +65,13 @@ def read_system(path, *, match: str = "id", score_column: str = "score"
             elif this != made_by:
                 raise InputError(where, f"a row of {_made_by(this)}, but {first} is of {_made_by(made_by)}; "
                                  "compare one metric on one model at a time")
+        if row.get("system") not in (None, ""):
+            if system is None:
+                system = (str(row["system"]), where)
+            elif str(row["system"]) != system[0]:
+                raise InputError(where, f"a row of system {str(row['system'])!r}, but {system[1]} is of system "
+                                 f"{system[0]!r}; compare takes one system per file (a score run of several systems "
+                                 "has their paired tests in its summary)")
         if row[score_column] in (None, ""):
             empty += 1
             continue
@@ -95,13 +103,14 @@ def paired_scores(path_a, path_b, *, match: str = "id", score_column: str = "sco
                             "a comparison needs both systems scored by the same metric on the same model")
     keys = [k for k in a if k in b]
     if len(keys) < 2:
-        raise CapscoreError(f"{path_a} and {path_b} share {len(keys)} scored {match}(s); a comparison needs at "
-                            f"least 2" + (" (try match='image')" if match == "id" else ""))
+        raise OptionError(f"{braced(path_a)} and {braced(path_b)} share {len(keys)} scored {match}(s); a "
+                          f"comparison needs at least 2" + (" (try {match} image)" if match == "id" else ""))
     for k in keys:
-        if a[k][1] != b[k][1]:
-            raise InputError(f"{path_b}: id {k!r}", "the same id names another image than in A (ids that are line "
-                             "numbers of files in different orders do; pair by image: match='image')",
-                             expected=a[k][1], got=b[k][1])
+        if a[k][1] != b[k][1]:  # the library names the parameter (match), the command line the flag (--match)
+            raise OptionError(braced(str(InputError(
+                f"{path_b}: id {k!r}", "the same id names another image than in A (as ids that are line numbers "
+                "do in files of different orders)", expected=a[k][1], got=b[k][1])))
+                + "; pair by image: {match} image")
     counts = {"paired": len(keys), "only in A": len(a) - len(keys), "only in B": len(b) - len(keys),
               "no score in A": empty_a, "no score in B": empty_b}
     return [a[k][0] for k in keys], [b[k][0] for k in keys], [a[k][1] for k in keys], counts
