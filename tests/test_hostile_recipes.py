@@ -182,3 +182,18 @@ def test_finite_weights():
     w[1][0, 1] = float("nan")
     assert not finite_weights(w)
     assert not finite_weights([torch.tensor([float("-inf")])])
+
+
+@pytest.mark.parametrize("row,names", [
+    ({"image": 5, "caption": "a"}, ["d.jsonl:1", "'image' (a path)"]),
+    ({"image": "", "caption": "a"}, ["d.jsonl:1", "'image' (a path)"]),
+    ({"image": "a.png", "caption": "a", "base": ["x"]}, ["d.jsonl:1", "'base' must be a string"]),
+    ({"image": "a.png", "caption": "a", "gen_image": 3}, ["d.jsonl:1", "'gen_image' must be a string"]),
+    ({"image": "a.png", "caption": "a", "translations": {"de": 1}}, ["d.jsonl:1", "'translations'"]),
+])
+def test_training_rows_of_the_wrong_type_are_one_line(row, names, tmp_path, capsys):
+    d = tmp_path / "d.jsonl"
+    d.write_text(json.dumps(row) + "\n" + json.dumps({"image": "b.png", "caption": "b"}) + "\n")
+    code, _, err = run(["train", "contrastive", "--model", TINY, "--data", d, "--batch-size", "1", "--steps", "1",
+                        "--eval-scenes", "0", "--out", tmp_path / "o"], capsys)
+    one_error(code, err, *names)

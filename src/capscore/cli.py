@@ -44,6 +44,12 @@ class _Parser(argparse.ArgumentParser):
         sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
         self.exit(2, f"capscore: error: {sub}{' '.join(message.split())} (see {self.prog} -h)\n")
 
+    def _print_message(self, message: str, file=None) -> None:
+        """argparse's, without swallowing a closed pipe: ``capscore -h | head -1`` ends as every command does."""
+        file = file or sys.stderr
+        if message and file is not None:
+            file.write(message)
+
 
 def _version() -> str:
     from capscore import __version__

@@ -91,6 +91,13 @@ def figure(width: float, height: float):
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
+def plottable(values: Iterable[float]) -> bool:
+    """Whether matplotlib can lay out an axis over ``values``: their span (and its margins) must fit a 64-bit
+    float, which it does not for values near ±1e308."""
+    vals = list(values)
+    return not vals or math.isfinite((max(vals) - min(vals)) * 1.1)
+
+
 def whole_numbers(axis) -> None:
     """Ticks at whole numbers only, on an axis of counts or steps (no "2.5 captions")."""
     axis.set_major_locator(require("matplotlib.ticker", purpose="capscore report").MaxNLocator(integer=True))
@@ -185,7 +192,7 @@ def _score_plot(b) -> str:
     systems = sorted(scores, key=lambda k: -len(scores[k]))[:MAX_SYSTEMS_PLOTTED]
     lo = min(min(scores[s]) for s in systems)
     hi = max(max(scores[s]) for s in systems)
-    if not math.isfinite(hi - lo):  # the bins and quartile whiskers would overflow
+    if not plottable((lo, hi)):  # the bins and quartile whiskers would overflow
         return _note(f"no plot: the scores span {lo:g} to {hi:g}, wider than 64-bit floats can bin")
     if not plots_available():
         return ""
@@ -512,6 +519,8 @@ def _scatter(c: CorrelateRun) -> str:
     keys = list(groups)[:MAX_SCATTER_PANELS]
     if not keys or not plots_available():
         return ""
+    if not all(plottable(v for xy in groups[k] for v in xy) for k in keys):
+        return _note("no scatter plot: the scores span more than 64-bit floats can lay out (values near ±1e308)")
     cols = min(3, len(keys))
     nrows = math.ceil(len(keys) / cols)
     fig = figure(3.6 * cols, 3.2 * nrows)
@@ -570,6 +579,9 @@ def _training_plot(series: list[tuple[str, str, list[dict]]]) -> str:
     axes = list(fig.subplots(nrows, cols, squeeze=False).flat)
     for ax, (key, group, entries) in zip(axes, shown):
         pts = [(e["step"], finite(e.get(key))) for e in entries if finite(e.get(key)) is not None]
+        if not plottable(y for _, y in pts):
+            ax.set_title(_label(f"{key}: values too large to plot", 40), fontsize=9)
+            continue
         ax.plot(*zip(*pts), marker="o" if group == "evaluation" or len(pts) < 50 else None,
                 color="black" if key == "lr" else PALETTE[0 if group == "training" else 1])
         ax.set_title(_label(key if group != "evaluation" else f"eval: {key}", 40), fontsize=9)
