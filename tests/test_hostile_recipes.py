@@ -102,7 +102,8 @@ def test_recipe_file_values_that_cannot_train_are_one_line(case, tmp_path, capsy
     (["--set", "lambda_t=1e999"], ["'lambda_t'", "finite"]),
     (["--set", "stretch=inf"], ["'stretch'", "true or false"]),
     (["--batch-size", "1000000000"], ["'batch_size'"]),
-    (["--seed", "100000000000000000000000"], ["'seed'"]),
+    (["--seed", "100000000000000000000000"], ["--seed", "2**63 - 1"]),
+    (["--seed", str(2**40)], ["'seed'", "4294967295"]),
     (["--lr", "inf"], ["--lr", "finite"]),
 ])
 def test_flag_values_that_cannot_train_are_one_line(argv, names, tmp_path, capsys):
