@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -21,25 +20,9 @@ from scipy import stats as sst
 
 from capscore.cli import main
 from capscore.errors import CapscoreError, InputError
+from test_hostile_inputs import assert_one_error, run  # one-line error checks, shared
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def run(argv, capsys) -> tuple[int, str, str]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        code = main(["-q", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error(code: int, err: str, *names: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2 and len(lines) == 1, (code, err)
-    assert lines[0].startswith("capscore: error: ") and "this is a bug" not in lines[0], lines[0]
-    for n in names:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 def no_non_finite(text: str) -> None:
@@ -134,15 +117,15 @@ def test_compare_refuses_different_metrics_models_and_systems(tmp_path, capsys):
     a = write_rows(tmp_path / "clip.jsonl", [{**r, "model": "ViT-B-32", "metric": "clip-s"} for r in base])
     b = write_rows(tmp_path / "bleu.jsonl", [{**r, "model": "-", "metric": "bleu4"} for r in base])
     code, _, err = run(["compare", a, b], capsys)
-    one_error(code, err, "clip.jsonl", "'clip-s'", "bleu.jsonl", "'bleu4'", "same metric")
+    assert_one_error(code, err, "clip.jsonl", "'clip-s'", "bleu.jsonl", "'bleu4'", "same metric")
     mixed = write_rows(tmp_path / "mixed.jsonl", [{**r, "model": "m", "metric": "clip-s"} for r in base[:2]]
                        + [{**r, "model": "m", "metric": "pac-s"} for r in base[2:]])
     code, _, err = run(["compare", mixed, a], capsys)
-    one_error(code, err, "mixed.jsonl:3", "'pac-s'", "mixed.jsonl:1", "'clip-s'")
+    assert_one_error(code, err, "mixed.jsonl:3", "'pac-s'", "mixed.jsonl:1", "'clip-s'")
     two = write_rows(tmp_path / "two.jsonl", [{**r, "system": "s1"} for r in base[:2]]
                      + [{**r, "system": "s2"} for r in base[2:]])
     code, _, err = run(["compare", two, a], capsys)
-    one_error(code, err, "two.jsonl:3", "system 's2'", "one system per file")
+    assert_one_error(code, err, "two.jsonl:3", "system 's2'", "one system per file")
 
 
 def test_compare_of_scores_near_the_float_limit_is_one_line_not_inf(tmp_path, capsys):
@@ -153,7 +136,7 @@ def test_compare_of_scores_near_the_float_limit_is_one_line_not_inf(tmp_path, ca
                                           {"id": "y", "image": "2", "score": 1e308},
                                           {"id": "z", "image": "3", "score": 0.2}])
     code, out, err = run(["compare", a, b, "--resamples", "50"], capsys)
-    one_error(code, err, "a.jsonl", "b.jsonl", "overflow")
+    assert_one_error(code, err, "a.jsonl", "b.jsonl", "overflow")
     no_non_finite(out)
 
 
@@ -165,7 +148,7 @@ def test_compare_of_scores_near_the_float_limit_is_one_line_not_inf(tmp_path, ca
 def test_compare_option_bounds(argv, names, tmp_path, capsys):
     a = write_rows(tmp_path / "a.jsonl", [{"id": f"c{i}", "image": str(i), "score": i} for i in range(3)])
     code, _, err = run(["compare", a, a, *argv], capsys)
-    one_error(code, err, *names)
+    assert_one_error(code, err, *names)
 
 
 def test_resampling_in_blocks_draws_what_one_array_would(monkeypatch):
@@ -237,7 +220,7 @@ def test_correlations_of_scores_near_the_float_limit_are_finite_and_right(tmp_pa
            ["results"][0]["stats"]}
     assert got["pearson"] == pytest.approx(100 * r) and got["one_minus_r2_fit"] == pytest.approx(100 * (1 - r * r))
     code, _, err = run(["correlate", "--scores", scores, "--human", human, "--stats", "one_minus_r2"], capsys)
-    one_error(code, err, "one_minus_r2", "too large")
+    assert_one_error(code, err, "one_minus_r2", "too large")
 
 
 def test_williams_test_on_scores_near_the_float_limit():
@@ -255,7 +238,7 @@ def test_williams_test_on_scores_near_the_float_limit():
                                         (["--seed", "-4"], ["--seed"])])
 def test_correlate_option_bounds(argv, names, tmp_path, capsys):
     code, _, err = run(["correlate", "--dataset", "scenes-oracle", *argv], capsys)
-    one_error(code, err, *names)
+    assert_one_error(code, err, *names)
 
 
 # ============================================================================ judgment files
@@ -407,7 +390,7 @@ def test_correlate_on_a_judgment_file_with_a_duplicate_key_is_one_line(tmp_path,
         {"caption": "c", "rating": 2, "image_path": "a.jpg"}]})
     p.write_text('{"k1": ' + entry + ', "k1": ' + entry + "}")
     code, _, err = run(["correlate", "--dataset", "flickr8k-expert", "--path", p, "--model", "scenes-tiny"], capsys)
-    one_error(code, err, "flickr8k.json", "'k1'", "appears twice")
+    assert_one_error(code, err, "flickr8k.json", "'k1'", "appears twice")
 
 
 # ============================================================================ reproduce and doctor
@@ -425,7 +408,7 @@ def test_reproduce_tables_with_values_that_cannot_be_compared(tmp_path, capsys, 
     t = tmp_path / "t.csv"
     t.write_text(HEADER + row + "\n")
     code, _, err = run(["reproduce", t, "--data-root", tmp_path], capsys)
-    one_error(code, err, *names)
+    assert_one_error(code, err, *names)
 
 
 def test_reproduce_that_runs_no_row_fails(tmp_path, capsys):
@@ -434,7 +417,7 @@ def test_reproduce_that_runs_no_row_fails(tmp_path, capsys):
     (tmp_path / "data" / "flickr8k").mkdir(parents=True)
     (tmp_path / "data" / "flickr8k" / "flickr8k.json").write_bytes(b"")  # present but empty
     code, out, err = run(["reproduce", t, "--data-root", tmp_path / "data"], capsys)
-    one_error(code, err, "no row of", "t.csv", "data file is empty (0 bytes)")
+    assert_one_error(code, err, "no row of", "t.csv", "data file is empty (0 bytes)")
     assert "skipped flickr8k-expert" in out
 
 
@@ -479,5 +462,5 @@ def test_report_on_a_summary_whose_rows_file_is_a_folder_is_one_line(tmp_path, c
     (tmp_path / "s.jsonl").mkdir()
     (tmp_path / "s.jsonl.summary.json").write_text(json.dumps({"metric": "clip-s", "runs": [], "status": "complete"}))
     code, _, err = run(["report", tmp_path, "--out", tmp_path / "p.html"], capsys)
-    one_error(code, err, "s.jsonl", "is a folder")
+    assert_one_error(code, err, "s.jsonl", "is a folder")
     assert not (tmp_path / "p.html").exists()

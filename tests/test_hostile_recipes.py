@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from pathlib import Path
 
 import pytest
@@ -18,28 +17,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
 
-from capscore.cli import main
 from capscore.errors import CapscoreError
 from capscore.train.options import STAGE_NAME, load_recipe_file
+from test_hostile_inputs import assert_one_error, run  # one-line error checks, shared
 
 TINY = "openclip:scenes-tiny-v1"  # random init from the seed: no weights file needed
-
-
-def run(argv, capsys) -> tuple[int, str, str]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        code = main(["-q", *map(str, argv)])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def one_error(code: int, err: str, *names: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert code == 2 and len(lines) == 1, (code, err)
-    assert lines[0].startswith("capscore: error: ") and "this is a bug" not in lines[0], lines[0]
-    for n in names:
-        assert n in lines[0], (n, lines[0])
-    return lines[0]
 
 
 def recipe_file(tmp_path: Path, text: str) -> Path:
@@ -92,7 +74,7 @@ def test_recipe_file_values_that_cannot_train_are_one_line(case, tmp_path, capsy
     recipe = text.split('"')[1]
     out = tmp_path / "out"
     code, _, err = run(["train", recipe, "--config", recipe_file(tmp_path, text), "--out", out], capsys)
-    one_error(code, err, *names)
+    assert_one_error(code, err, *names)
     assert not out.exists()  # refused before anything was written
     assert not (tmp_path / "x").exists() and not (tmp_path.parent / "x").exists()
 
@@ -108,7 +90,7 @@ def test_recipe_file_values_that_cannot_train_are_one_line(case, tmp_path, capsy
 ])
 def test_flag_values_that_cannot_train_are_one_line(argv, names, tmp_path, capsys):
     code, _, err = run(["train", "pacs", "--out", tmp_path / "o", *argv], capsys)
-    line = one_error(code, err, *names)
+    line = assert_one_error(code, err, *names)
     if "stretch" in argv[-1]:
         assert "finite" not in line  # a bool is not a number: "finite" would mislead
 
@@ -116,7 +98,7 @@ def test_flag_values_that_cannot_train_are_one_line(argv, names, tmp_path, capsy
 def test_a_batch_larger_than_the_data_is_refused_before_the_model_loads(tmp_path, capsys):
     code, _, err = run(["train", "contrastive", "--model", TINY, "--data", "scenes:6", "--batch-size", "7",
                         "--steps", "1", "--eval-scenes", "0", "--out", tmp_path / "o"], capsys)
-    one_error(code, err, "batch_size 7", "6 training examples", "at most 6")
+    assert_one_error(code, err, "batch_size 7", "6 training examples", "at most 6")
     assert not (tmp_path / "o").exists()
 
 
@@ -125,14 +107,14 @@ def test_braces_in_a_plain_model_path_are_literal(tmp_path, capsys):
     missing = tmp_path / "run{x}" / "m.safetensors"
     code, _, err = run(["train", "contrastive", "--model", f"ckpt:{missing}", "--data", "scenes:4",
                         "--batch-size", "2", "--steps", "1", "--eval-scenes", "0", "--out", tmp_path / "o"], capsys)
-    one_error(code, err, str(missing), "not found")
+    assert_one_error(code, err, str(missing), "not found")
 
 
 def test_a_stage_named_elsewhere_in_an_override_is_refused(tmp_path, capsys):
     text = 'recipe = "contrastive"\n[[stage]]\nname = "a"\n[stage.train]\nsteps = 1\n'
     code, _, err = run(["train", "contrastive", "--config", recipe_file(tmp_path, text), "--model", "ckpt:{zz}/m",
                         "--out", tmp_path / "o"], capsys)
-    one_error(code, err, "{zz}", "not a stage of this run")
+    assert_one_error(code, err, "{zz}", "not a stage of this run")
 
 
 @settings(max_examples=200, deadline=None)
@@ -158,7 +140,7 @@ def test_a_diverging_run_stops_with_one_line_and_keeps_the_last_finite_checkpoin
     code, stdout, err = run(["train", "contrastive", "--model", TINY, "--data", "scenes:8", "--batch-size", "4",
                              "--steps", "6", "--warmup", "0", "--lr", "1e30", "--ckpt-every", "1",
                              "--eval-scenes", "0", "--out", out], capsys)
-    line = one_error(code, err, "training diverged at step", "lower learning rate")
+    line = assert_one_error(code, err, "training diverged at step", "lower learning rate")
     step = int(line.split("at step ")[1].split(":")[0])
     assert 1 <= step <= 6
     assert not (out / "model.safetensors").exists() and not (out / "MODEL_CARD.md").exists()
@@ -197,4 +179,4 @@ def test_training_rows_of_the_wrong_type_are_one_line(row, names, tmp_path, caps
     d.write_text(json.dumps(row) + "\n" + json.dumps({"image": "b.png", "caption": "b"}) + "\n")
     code, _, err = run(["train", "contrastive", "--model", TINY, "--data", d, "--batch-size", "1", "--steps", "1",
                         "--eval-scenes", "0", "--out", tmp_path / "o"], capsys)
-    one_error(code, err, *names)
+    assert_one_error(code, err, *names)
