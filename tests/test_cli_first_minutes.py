@@ -29,8 +29,10 @@ CLI = [sys.executable, "-m", "capscore.cli"]
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("pipes")
-    rows = lambda s: "".join(json.dumps({"id": f"c{i}", "image": f"i{i}", "caption": "x", "score": s * i}) + "\n"  # noqa: E731
-                             for i in range(6))
+    def rows(s: float) -> str:
+        return "".join(json.dumps({"id": f"c{i}", "image": f"i{i}", "caption": "x", "score": s * i}) + "\n"
+                       for i in range(6))
+
     (d / "a.jsonl").write_text(rows(0.1))
     (d / "b.jsonl").write_text(rows(0.2))
     (d / "h.jsonl").write_text("".join(json.dumps({"id": f"c{i}", "score": i % 3}) + "\n" for i in range(6)))

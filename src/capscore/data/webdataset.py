@@ -9,8 +9,8 @@ when asked for, are a list field of ``KEY.json``. Two members with the same
 extension in one sample (``a.txt`` twice, or ``a.png`` twice: ``tar -x`` would
 keep the second copy, a stream reader the first) are ambiguous and make the
 sample an error row, as does a key that comes back later in the shard (its
-members not consecutive: the same id twice). Shards are given as paths, a folder of ``.tar`` files, or brace
-patterns (``shards/{00000..00127}.tar``, expanded with ``braceexpand``, the
+members not consecutive: the same id twice). Shards are given as paths, a
+folder of ``.tar`` files, or brace patterns (``shards/{00000..00127}.tar``, expanded with ``braceexpand``, the
 expander WebDataset itself uses); a pattern is *counted* before it is expanded
 and refused over ``max_shards`` names (``braceexpand`` builds every range in
 memory, so ``{00000000..99999999}`` would cost minutes and gigabytes).

@@ -461,8 +461,8 @@ def _system_tests(tests: list) -> str:
         boot, ar = (x if isinstance(x, dict) else {} for x in (boot, ar))
         ci = [finite(v) for v in (list(boot.get("ci") or []) + [None, None])[:2]]
         delta = finite(boot.get("delta"))
-        p_boot, p_ar = ("–" if finite(x.get("p_value")) is None else format_p(x["p_value"], _resamples(x.get("n_resamples")))
-                        for x in (boot, ar))
+        p_boot, p_ar = ("–" if finite(x.get("p_value")) is None
+                        else format_p(x["p_value"], _resamples(x.get("n_resamples"))) for x in (boot, ar))
         rows.append([t.get("model"), t.get("metric"), t.get("a"), t.get("b"), t.get("paired"),
                      "–" if delta is None else f"{delta:.4f}",
                      f"[{ci[0]:.4f}, {ci[1]:.4f}]" if None not in ci else "–", p_boot, p_ar])

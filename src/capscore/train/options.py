@@ -311,8 +311,8 @@ class TrainSpec:
                 out[key] = _parse(raw, hints[key])
             except ValueError:
                 f = next(f for f in dataclasses.fields(TrainSpec) if f.name == key)
-                raise param_error(key, f"recipe {recipe}",
-                                  _finite(f.metadata.get("expected") or _describe(hints[key]), raw, hints[key]), raw) from None
+                expected = _finite(f.metadata.get("expected") or _describe(hints[key]), raw, hints[key])
+                raise param_error(key, f"recipe {recipe}", expected, raw) from None
         return out
 
     def with_params(self, strings: Mapping[str, str]) -> TrainSpec:
