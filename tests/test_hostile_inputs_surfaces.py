@@ -22,6 +22,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import pytest
 from PIL import Image
 
@@ -149,6 +151,12 @@ WDS_CASES = [
     ("bad-checksum-header", lambda d: _put(d / "s.tar", b"a.png" + b"\0" * 507 + b"\0" * 1024), {}, 0, ["s.tar"]),
     ("pax-long-name", _w(sample("k" * 300), fmt=tarfile.PAX_FORMAT), {}, 1, []),
     ("member-folder-key", _w(sample("sub/dir/a")), {}, 1, []),
+    # the same member name twice: tar -x keeps the second copy, a stream reader the first
+    ("image-member-twice", _w(sample("a") + [("a.png", png(colour=(0, 0, 255)))] + sample("b")), {}, 1,
+     ["s.tar:a", "a.png appears twice"]),
+    ("caption-member-twice", _w(sample("a") + [("a.txt", b"another")]), {}, 0, ["two .txt members"]),
+    ("key-comes-back-later", _w(sample("a") + sample("b") + sample("a", caption="again")), {}, 2,
+     ["s.tar:a", "key 'a' comes back"]),
 ]
 
 
@@ -293,6 +301,8 @@ PQ_CASES = [
     ("empty-file", lambda d: _put(d / "p.parquet", b""), {}, ["p.parquet"]),
     ("random-bytes", lambda d: _put(d / "p.parquet", os.urandom(2000)), {}, ["p.parquet"]),
     ("fifo-file", lambda d: (os.mkfifo(d / "p.parquet"), d / "p.parquet")[1], {}, ["not a regular file"]),
+    ("duplicate-id", lambda d: _parquet(d, {"image": [png(), png()], "caption": ["x", "y"], "id": ["k", "k"]}), {},
+     ["duplicate id 'k' (also at row 0)", "row-1"]),
 ]
 
 
@@ -952,3 +962,27 @@ def test_json_booleans_are_not_references(world, content):
     (world / "r.json").write_text(content)
     with pytest.raises(InputError, match="references must be a string or a list of strings"):
         load_refs(world / "r.json")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(members=st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["png", "jpg", "txt", "cls"]),
+                                  st.integers(0, 3)), max_size=12))
+def test_what_a_shard_scores_is_what_tar_x_would_extract(tmp_path, members):
+    """Property: whatever member names a tar holds (repeated, interleaved), a scored sample is unambiguous --
+    its id is scored once, and its image and caption are the only members of the archive with their names,
+    so ``tar -x`` (which keeps the last copy of a name) and the stream reader (the first) read the same
+    bytes -- or, where a copy comes later in the shard (after the sample was read), an error row names the
+    key that came back."""
+    content = {("png", i): png(colour=(40 * i, 0, 0)) for i in range(4)} | {("jpg", i): jpg() for i in range(4)}
+    built = [(f"{k}.{e}", content.get((e, i), f"{k} {e} {i}".encode())) for k, e, i in members]
+    path = tmp_path / f"p{abs(hash(tuple(members)))}.tar"
+    path.write_bytes(tar_bytes(built))
+    records, bad = split(read_all("webdataset", path))
+    names = [n for n, _ in built]
+    assert len({r.id for r in records}) == len(records)
+    for r in records:
+        image = next(n for n in names if n.startswith(f"{r.id}.") and n.split(".")[1] in ("png", "jpg"))
+        first = {n: data for n, data in reversed(built)}  # the first copy of each name
+        assert r.caption == first[f"{r.id}.txt"].decode() and r.image.data == first[image]
+        if names.count(f"{r.id}.txt") > 1 or names.count(image) > 1:
+            assert any(f"key {r.id!r} comes back" in b.error for b in bad), (r.id, [b.error for b in bad])

@@ -57,6 +57,10 @@ def test_flickr8k_expert_skips_candidates_that_are_references(tmp_path):
 
 def test_flickr8k_crowdflower_removes_the_candidate_from_its_references(tmp_path):
     p = _flickr_json(tmp_path, "crowdflower_flickr8k.json")
+    data = json.loads(p.read_text())
+    for hj in data["1000268201_693b08cb0e"]["human_judgement"]:  # CrowdFlower: the share of "yes", in [0, 1]
+        hj["rating"] = (hj["rating"] - 1) / 3
+    p.write_text(json.dumps(data))
     ds = load_flickr8k(p, tmp_path, variant="crowdflower")
     assert len(ds.items) == 3 and dict(ds.skipped) == {"NaN rating": 1}
     kept_ref_cand = ds.items[1]

@@ -152,7 +152,9 @@ def test_significance_of_metrics_and_of_systems_is_on_the_page(runs):
             assert v is None or f"{v:.3f}" in corr
     (t,) = json.loads((root / "score" / "scores.jsonl.summary.json").read_text())["system_tests"]
     scores = html.unescape(re.sub(r"<[^>]+>", " ", _section(page, "scores")))
-    assert "paired tests between systems" in scores and f"{t['tests'][1]['p_value']:.4f}" in scores
+    p, resamples = t["tests"][1]["p_value"], t["tests"][1]["n_resamples"]
+    assert resamples == 1000  # so p is shown to 3 decimals, or as below the resolution 1/1000
+    assert "paired tests between systems" in scores and (f"{p:.3f}" if p >= 0.001 else "< 0.001") in scores
     assert "bad&lt;b&gt;" in _section(page, "scores")  # the system's name stays escaped
 
 

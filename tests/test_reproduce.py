@@ -138,14 +138,16 @@ def test_every_row_protocol_runs_and_wrong_values_are_flagged(data_root, tmp_pat
 def test_absent_weights_and_data_are_skipped_one_line_each(data_root, tmp_path, capsys):
     from capscore.cli import main
 
+    # every row skipped: nothing was reproduced, so the command fails (exit 2, one line) after saying why
     assert main(["reproduce", "clipscore-2021", "--data-root", str(data_root), "--weights-root", str(tmp_path),
-                 "--out", str(tmp_path / "out")]) == 0
-    out = capsys.readouterr().out
+                 "--out", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
     skipped = [ln for ln in out.splitlines() if ln.startswith("skipped ")]
     assert len(skipped) == 10 and all("weights not found" in ln for ln in skipped)
+    assert err.count("\n") == 1 and "no row of clipscore-2021 could be run (weights not found" in err
     got = json.loads((tmp_path / "out" / "reproduce.json").read_text())
     assert len(got["rows"]) == 10 and all(r["ours"] is None for r in got["rows"])
-    assert main(["reproduce", "pac-s-composite", "--data-root", str(tmp_path / "empty")]) == 0
+    assert main(["reproduce", "pac-s-composite", "--data-root", str(tmp_path / "empty")]) == 2
     assert "data not found" in capsys.readouterr().out
 
 

@@ -154,8 +154,8 @@ def test_recipe_file_errors_name_the_file_the_table_and_the_key(tmp_path):
                                             r"did you mean 'twins'\?"):
         load_recipe_file(f)
     f.write_text('recipe = "scenes-tiny"\n[train]\nlr = "abc"\n')
-    with pytest.raises(CapscoreError, match=r"^The 'lr' parameter of recipe scenes-tiny must be a positive float; "
-                                            r"got 'abc' instead\.$"):
+    with pytest.raises(CapscoreError, match=r"r\.toml: The 'lr' parameter of recipe scenes-tiny must be a positive "
+                                            r"float; got 'abc' instead\.$"):
         load_recipe_file(f)
     f.write_text('recipe = "scenes-tiny"\n[train]\nstep = 10\n')
     with pytest.raises(CapscoreError, match=r"r.toml.train: unknown parameter of recipe scenes-tiny 'step'; did you "

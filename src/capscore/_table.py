@@ -10,6 +10,7 @@ own column's values, so a count stays ``62`` in a column where another row has n
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 
@@ -47,3 +48,22 @@ def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None, 
     for line in zip(*columns_text):
         lines.append(indent + " ".join(line).rstrip())
     return "\n".join(lines)
+
+
+def format_p(p: float | None, resamples: int | None = None) -> str:
+    """A p-value as text, never claiming more resolution than its test has.
+
+    A resampling test with R resamples resolves p only to 1/R: a p below that is printed
+    ``< 1/R`` (``< 0.001`` for 1000 resamples; a bootstrap p of 0 and the randomisation test's
+    smallest p, 1/(R + 1), both read so), and other p-values get the decimals 1/R has (at least 3).
+    Without ``resamples`` (an analytic p, e.g. Williams' t test) p < 0.001 is printed ``< 0.001``.
+    ``None`` or a non-finite p is ``n/a``.
+    """
+    if p is None or not math.isfinite(p):
+        return "n/a"
+    if resamples:
+        floor = 1 / resamples
+        if p < floor * (1 - 1e-9):
+            return f"< {floor:.2g}"
+        return f"{p:.{max(3, math.ceil(math.log10(resamples) - 1e-9))}f}"
+    return "< 0.001" if p < 0.001 else f"{p:.3f}"

@@ -44,6 +44,12 @@ class _Parser(argparse.ArgumentParser):
         sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
         self.exit(2, f"capscore: error: {sub}{' '.join(message.split())} (see {self.prog} -h)\n")
 
+    def _print_message(self, message: str, file=None) -> None:
+        """argparse's, without swallowing a closed pipe: ``capscore -h | head -1`` ends as every command does."""
+        file = file or sys.stderr
+        if message and file is not None:
+            file.write(message)
+
 
 def _version() -> str:
     from capscore import __version__
@@ -72,25 +78,46 @@ def build_parser(mods: dict[str, object], configure: set[str] | None = None) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; the exit status (0, 2 for a user error, 1 for a bug, 130 on Ctrl-C, 141 when the
+    reader of the output went away)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # stdout (or stderr) is a pipe whose reader has gone: stop quietly, as Unix tools do
+        return _closed_pipe()
+
+
+def _main(argv: list[str] | None) -> int:
     from capscore._log import close_bars, setup_logging
     from capscore.errors import CapscoreError, OptionError
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     argv = sys.argv[1:] if argv is None else list(argv)
-    chosen = next((a for a in argv if a in COMMANDS), None)  # configure only the command being run
+    first = next((a for a in argv if not a.startswith("-")), None)  # the top level takes flags only
+    if first is not None and first not in COMMANDS:  # argparse would list every command; suggest the close ones
+        from capscore.errors import unknown_name
+
+        print(f"capscore: error: {unknown_name('command', first, COMMANDS)} (see capscore -h)", file=sys.stderr)
+        return 2
+    chosen = first  # configure only the command being run
     mods = _available([chosen] if chosen else COMMANDS)
     parser = build_parser(mods, configure={chosen} if chosen else set())
     try:
         args = parser.parse_args(argv)
     except SystemExit as e:  # -h, --version, or a bad argument (already reported on one line)
+        sys.stdout.flush()  # `capscore score -h | head -1`: a closed pipe is seen here, not at exit
         return e.code if isinstance(e.code, int) else 2
     if not args.command:
         parser.print_help()
+        sys.stdout.flush()
         return 2
     setup_logging(quiet=args.quiet, debug=args.debug)
     try:
         _check_models(args)
-        return int(mods[args.command].run(args) or 0)
+        code = int(mods[args.command].run(args) or 0)
+        sys.stdout.flush()  # now, so that a reader that went away (capscore ... | head) is seen here
+        return code
+    except BrokenPipeError:
+        raise  # main's: before the OSError handler below, which would call it a bug
     except CapscoreError as e:
         close_bars()
         _traceback(args)
@@ -120,6 +147,24 @@ def main(argv: list[str] | None = None) -> int:
         close_bars()
         _traceback(args)
         return _bug(e)
+
+
+#: Exit status when the reader of stdout went away (``capscore doctor | head -1``): 128 + SIGPIPE, what the
+#: shell reports for a Unix tool stopped by the signal, so ``set -o pipefail`` still tells it from success.
+EXIT_CLOSED_PIPE = 141
+
+
+def _closed_pipe() -> int:
+    """Point stdout and stderr at /dev/null (the interpreter's final flush must not fail again) and give
+    :data:`EXIT_CLOSED_PIPE`; nothing is printed: there is no one to read it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            os.dup2(devnull, stream.fileno())
+        except (OSError, ValueError, AttributeError):  # not a real file (pytest's capture): nothing to redirect
+            pass
+    os.close(devnull)
+    return EXIT_CLOSED_PIPE
 
 
 def _check_models(args) -> None:

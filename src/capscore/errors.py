@@ -79,9 +79,16 @@ def unknown_name(kind: str, name: str, known: Iterable[str]) -> CapscoreError:
     if not close:
         lowered = {k.lower(): k for k in known}
         close = [lowered[k] for k in difflib.get_close_matches(name.lower(), list(lowered), n=3, cutoff=0.5)]
+    if not close and name:  # a family by its first word: 'aro' -> 'aro-vg-relation', ...
+        close = [k for k in known if k.lower().startswith(name.lower())][:3]
     close = list(dict.fromkeys(close))
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return CapscoreError(f"unknown {kind} {name!r}{hint}")
+
+
+def braced(value: object) -> str:
+    """``value`` as text safe inside an :class:`OptionError` template (its braces doubled)."""
+    return str(value).replace("{", "{{").replace("}", "}}")
 
 
 class OptionError(CapscoreError):

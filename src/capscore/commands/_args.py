@@ -49,6 +49,23 @@ non_negative_int = _ranged(int, lambda v: v >= 0, "an integer >= 0", "An integer
 positive_float = _ranged(float, lambda v: v > 0, "a number > 0", "A finite number > 0 (learning rates).")
 non_negative_float = _ranged(float, lambda v: v >= 0, "a number >= 0", "A finite number >= 0 (weight decay).")
 probability = _ranged(float, lambda v: 0 <= v <= 1, "a probability in [0, 1]", "A number in [0, 1].")
+seed = _ranged(int, lambda v: 0 <= v <= 2**63 - 1, "an integer in [0, 2**63 - 1]",
+               "A random seed: every generator capscore seeds (numpy, torch, random) takes these.")
+
+
+def resamples(text: str, *, zero: bool = False) -> int:
+    """A number of bootstrap resamples or randomisation shuffles, at most :data:`capscore.meta.MAX_RESAMPLES`
+    (``zero``: 0, no resampling, is allowed)."""
+    from capscore.meta import MAX_RESAMPLES
+
+    value = _number(text, int)
+    if not (0 if zero else 1) <= value <= MAX_RESAMPLES:
+        raise argparse.ArgumentTypeError(f"must be a number of resamples in [{0 if zero else 1}, "
+                                         f"{MAX_RESAMPLES:,}]; got {text}")
+    return value
+
+
+resamples_or_zero = partial(resamples, zero=True)
 
 
 def count_or_all(text: str) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from capscore.commands._args import output_file, positive_int
+from capscore.commands._args import output_file, resamples, seed
 
 
 def configure(p) -> None:
@@ -13,9 +13,9 @@ def configure(p) -> None:
     p.add_argument("--match", choices=("id", "image"), default="id",
                    help="pair rows by id (default) or by image (one caption per image in each file)")
     p.add_argument("--score-column", default="score", help="score column (default score)")
-    p.add_argument("--resamples", type=positive_int, default=10000, metavar="N",
+    p.add_argument("--resamples", type=resamples, default=10000, metavar="N",
                    help="bootstrap resamples and randomisation shuffles (default 10000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of both tests (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of both tests (default 0)")
     p.add_argument("--out", metavar="FILE.json", help="also write the results as JSON")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from capscore.commands import _shards
 from capscore.commands._args import (add_device, add_metric, add_model, job_of, non_negative_int, output_dir,
-                                     positive_int, refuse_input_as_output)
+                                     positive_int, refuse_input_as_output, resamples_or_zero, seed)
 from capscore.errors import CapscoreError
 
 
@@ -48,9 +48,9 @@ def configure(p) -> None:
                    help="Pascal-50S: references drawn per pair for reference-based metrics (default 5; 0 = all 48)")
     p.add_argument("--ref-draws", type=positive_int, default=5, metavar="N", help="Pascal-50S: draws averaged (default 5)")
     p.add_argument("--scenes", type=positive_int, default=60, metavar="N", help="scenes-oracle: number of scenes")
-    p.add_argument("--bootstrap", type=non_negative_int, default=1000, metavar="N",
+    p.add_argument("--bootstrap", type=resamples_or_zero, default=1000, metavar="N",
                    help="bootstrap resamples for 95%% intervals (default 1000; 0 = none)")
-    p.add_argument("--seed", type=int, default=0, help="seed: ties, reference draws, bootstrap, random init")
+    p.add_argument("--seed", type=seed, default=0, help="seed: ties, reference draws, bootstrap, random init")
     p.add_argument("--out", metavar="DIR", help="write correlate.json and correlate.csv here")
     p.add_argument("--export-items", metavar="FILE",
                    help="write the dataset's items as JSONL (id, image, caption, refs) for `capscore score`, then stop")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capscore.commands._args import add_device, add_model, positive_int
+from capscore.commands._args import add_device, add_model, positive_int, seed
 
 
 def configure(p) -> None:
     p.add_argument("--out", default="capscore-demo", metavar="DIR", help="output folder (default capscore-demo/)")
     p.add_argument("--n", type=positive_int, default=60, help="number of scenes (default 60)")
-    p.add_argument("--seed", type=int, default=7, help="scene seed (default 7)")
+    p.add_argument("--seed", type=seed, default=7, help="scene seed (default 7)")
     add_model(p, single=True, help="backbone (default: the bundled scenes-tiny)")
     add_device(p)
 

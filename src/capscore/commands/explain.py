@@ -2,7 +2,7 @@
 (default) or after (``--refined``) ABE's semantic refinement (:mod:`capscore.probes.explain`)."""
 from __future__ import annotations
 
-from capscore.commands._args import add_device, add_model, positive_int
+from capscore.commands._args import add_device, add_model, positive_int, seed
 from capscore.report.explain import COLOR_RANGE
 
 
@@ -16,7 +16,7 @@ def configure(p) -> None:
     p.add_argument("--k", type=positive_int, default=5, help="number of best patches to outline (ABE's K; default 5)")
     p.add_argument("--pool", default=None, help="concept pool file for --refined (default: bundled pool)")
     add_device(p)
-    p.add_argument("--seed", type=int, default=0, help="seed for random-init architectures")
+    p.add_argument("--seed", type=seed, default=0, help="seed for random-init architectures")
     p.add_argument("--color-range", type=float, nargs=2, default=COLOR_RANGE, metavar=("LOW", "HIGH"),
                    help="cosine values mapped to the ends of the colour scale, the same for every map so maps "
                         "compare (default -1 1, the whole cosine range)")

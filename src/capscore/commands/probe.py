@@ -8,7 +8,7 @@ from pathlib import Path
 from capscore.commands import _shards
 from capscore.commands._args import (
     abe_options, add_abe_arguments, add_device, add_model, count_or_all, job_of, non_negative_int, positive_int,
-    probability,
+    probability, seed,
 )
 from capscore.errors import CapscoreError
 
@@ -35,7 +35,7 @@ def configure(p) -> None:
     add_abe_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="output folder")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "parquet"), help="per-item rows (default jsonl)")
-    p.add_argument("--seed", type=int, default=0, help="perturbation / sampling seed, and random-init seed")
+    p.add_argument("--seed", type=seed, default=0, help="perturbation / sampling seed, and random-init seed")
     p.add_argument("--p", type=probability, default=0.4,
                    help="perturb: per-word draw rate, P(random() > threshold) in PR-MCS Alg. 1 (default 0.4)")
     p.add_argument("--removal", default="keep-drawn", choices=("keep-drawn", "drop-drawn"),

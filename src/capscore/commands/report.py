@@ -19,7 +19,7 @@ def configure(p) -> None:
 
 def run(args) -> int:
     from capscore.errors import CapscoreError
-    from capscore.report.html import SECTIONS, write_report
+    from capscore.report.html import NO_PLOTS, SECTIONS, plots_available, write_report
     from capscore.report.rows import DEFAULT_LIMITS, Limits
 
     limits = DEFAULT_LIMITS if args.max_rows is None else Limits(max_rows=args.max_rows)
@@ -27,5 +27,6 @@ def run(args) -> int:
         raise CapscoreError(f"--out must be an .html file; got {str(args.out)!r}")
     out, runs = write_report(args.runs, args.out, title=args.title, limits=limits)
     shown = [head for _, head, _, has in SECTIONS if has(runs)]
-    print(f"wrote {out}: {len(runs)} run(s); sections: {', '.join(shown)}")
+    print(f"wrote {out}: {len(runs)} run(s); sections: {', '.join(shown)}"
+          + ("" if plots_available() else f" ({NO_PLOTS})"))
     return 0

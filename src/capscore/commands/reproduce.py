@@ -4,7 +4,7 @@
 ``reproduce.json``."""
 from __future__ import annotations
 
-from capscore.commands._args import add_device, output_dir, positive_int
+from capscore.commands._args import add_device, output_dir, positive_int, seed
 from capscore.errors import CapscoreError
 
 
@@ -17,7 +17,7 @@ def configure(p) -> None:
                                                          "~/.cache/capscore/weights; see docs/meta.md)")
     add_device(p)
     p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
-    p.add_argument("--seed", type=int, default=0, help="seed (Pascal-50S ties and reference draws; default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed (Pascal-50S ties and reference draws; default 0)")
     p.add_argument("--out", metavar="DIR", help="write reproduce.json here")
 
 
@@ -39,4 +39,7 @@ def run(args) -> int:
         out = write_results(output_dir(args.out) / "reproduce.json", results, table=args.table, data_root=data_root,
                             weights_root=weights_root, seed=args.seed)
         print(f"wrote {out}")
+    if not any(r.ours is not None for r in results):  # nothing was reproduced: not a success
+        raise CapscoreError(f"no row of {args.table} could be run ({results[0].skipped}"
+                            + (f", and {len(results) - 1} more" if len(results) > 1 else "") + "); see capscore doctor")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from capscore.commands._args import add_common, add_device, add_model, output_dir, output_file, positive_int
+from capscore.commands._args import add_common, add_device, add_model, output_dir, output_file, positive_int, seed
 from capscore.errors import CapscoreError
 
 
@@ -12,7 +12,7 @@ def configure(p) -> None:
     sub = p.add_subparsers(dest="scenes_command", metavar="ACTION", required=True)
     g = sub.add_parser("generate", help="write scenes as PNG files plus a JSONL of captions and ground truth")
     g.add_argument("--n", type=positive_int, default=16, help="number of scenes (default 16)")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--seed", type=seed, default=0)
     g.add_argument("--split", default="all", choices=("train", "heldout", "all"))
     g.add_argument("--size", type=positive_int, default=None,
                    help="image side in pixels (default: the input size of the bundled scenes-tiny, 96)")
@@ -29,7 +29,7 @@ def configure(p) -> None:
     add_model(e, single=True)
     add_device(e)
     e.add_argument("--n", type=positive_int, default=300, help="scenes per set (default 300)")
-    e.add_argument("--seed", type=int, default=None, help="evaluation seed (default 12345)")
+    e.add_argument("--seed", type=seed, default=None, help="evaluation seed (default 12345)")
     e.add_argument("--prefix", default="", help="text prepended to every caption (default none)")
     e.add_argument("--by-objects", action="store_true",
                    help="also print each flip kind's accuracy by the number of objects in the scene")

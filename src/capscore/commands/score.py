@@ -11,7 +11,7 @@ from pathlib import Path
 
 from capscore.commands import _shards
 from capscore.commands._args import (
-    abe_options, add_abe_arguments, add_device, add_metric, add_model, positive_int, refuse_input_as_output,
+    abe_options, add_abe_arguments, add_device, add_metric, add_model, positive_int, refuse_input_as_output, seed,
 )
 from capscore.errors import CapscoreError
 from capscore.pipeline import DEFAULT_MODEL
@@ -59,7 +59,7 @@ def configure(p) -> None:
     cache.add_argument("--cache-dir", metavar="DIR", help="embedding cache folder (default ~/.cache/capscore "
                                                           "or $CAPSCORE_CACHE)")
     cache.add_argument("--no-cache", action="store_true", help="keep embeddings in memory only")
-    p.add_argument("--seed", type=int, default=0, help="seed for random-init backbones (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed for random-init backbones (default 0)")
     p.add_argument("--trust-remote-code", action="store_true", help="allow custom code of hf: models")
     p.add_argument("--rgb-order", default="first", choices=("first", "after-crop"),
                    help="when images become RGB: 'first' (default) or 'after-crop', the clipscore.py/pacscore "

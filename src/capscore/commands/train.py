@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from capscore.commands._args import (add_device, add_model, non_negative_float, non_negative_int, positive_float,
-                                     positive_int)
+                                     positive_int, seed)
 
 
 def configure(p) -> None:
@@ -37,7 +37,8 @@ def configure(p) -> None:
                    help="AdamW betas (default: the recipe's paper value, else 0.9,0.98)")
     p.add_argument("--eps", type=positive_float, default=None, help="AdamW epsilon (default: the recipe's, else 1e-6)")
     p.add_argument("--grad-clip", type=positive_float, default=None, help="clip the gradient norm (default none; scenes-tiny 1.0)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the data order, draws and a random init (default 0)")
+    p.add_argument("--seed", type=seed, default=None,
+                   help="seed of the data order, draws and a random init (default 0)")
     add_device(p)
     p.add_argument("--amp", choices=AMP_MODES, default=None,
                    help="mixed precision: auto (default) autocasts on CUDA (bf16, else fp16) and trains fp32 on "

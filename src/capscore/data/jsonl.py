@@ -5,7 +5,9 @@ own line. Blank lines are skipped; a UTF-8 byte-order mark on the first line is
 accepted. Bytes that are not UTF-8 always stop the reading (the rest of a file
 must never vanish silently); a malformed line or a line that is not a JSON object
 is raised as :class:`InputError` (``strict=True``) or yielded as its one-line
-message so the caller can write an error row (``strict=False``, ``--skip-bad``).
+message so the caller can write an error row (``strict=False``, ``--skip-bad``). An object that
+names one key twice is malformed (:func:`unique_keys`), in JSONL lines and in every JSON file read
+with that hook: ``json`` alone would keep the last value without a word.
 """
 from __future__ import annotations
 
@@ -17,8 +19,30 @@ from pathlib import Path
 from capscore.errors import InputError, short_repr
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice (``json`` would keep the last value without a word)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"the key {key!r} appears twice in one object")
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """``object_pairs_hook`` for ``json.load(s)``: the object as a dict, :class:`DuplicateKey` if a key repeats."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return out
+
+
 def json_problem(e: BaseException) -> str:
     """One line for what ``json`` raises besides JSONDecodeError on hostile input."""
+    if isinstance(e, DuplicateKey):
+        return str(e)
     if isinstance(e, RecursionError):
         return "nested too deeply"
     text = str(e)
@@ -39,8 +63,16 @@ def iter_csv_rows(reader, path: str | Path) -> Iterator[tuple[int, int, dict]]:
 
     A csv.Error or undecodable bytes stop the reading with an :class:`InputError` naming the record's
     first physical line — even with ``--skip-bad``: the reader cannot resync, and the rest of the file
-    must never vanish. What a short or long row means is each caller's decision (it sees ``None``).
+    must never vanish. A header naming one column twice is an error too (the dict would keep the last
+    cell). What a short or long row means is each caller's decision (it sees ``None``).
     """
+    try:
+        header = reader.fieldnames or []
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise InputError(f"{path}:1", csv_problem(e)) from None
+    twice = next((c for i, c in enumerate(header) if c and c in header[:i]), None)  # unnamed: no one reads them
+    if twice is not None:
+        raise InputError(f"{path}:1", f"the column {twice!r} appears twice in the header")
     while True:
         start = reader.line_num + 1  # first physical line of the next record
         try:
@@ -68,7 +100,7 @@ def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[str, 
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line, object_pairs_hook=unique_keys)
                 problem = None if isinstance(row, dict) else f"a JSONL line must be an object; got {short_repr(row)}"
             except json.JSONDecodeError as e:
                 problem = f"malformed JSON line ({e.msg}, column {e.colno})"

@@ -125,17 +125,27 @@ def items_from_batches(batches: Iterable, cols: dict, *, path: str, name: str,
     """Arrow record batches -> Record/BadItem, one per row (shared by Parquet and HF Arrow files)."""
     base = Path(path).parent
     row = 0
+    seen: dict[str, int] = {}  # an id column's value -> its row (one set per file, as for caption files)
     for batch in batches:
         if isinstance(batch, _Skip):
             where = f"{path}:row-group-{batch.group}"
             yield BadItem(f"{name}:row-group-{batch.group}", path, "", "", where, batch.why)
             row += batch.num_rows
             continue
-        data = {k: batch.column(c).to_pylist() for k, c in cols.items() if c}
+        try:
+            data = {k: batch.column(c).to_pylist() for k, c in cols.items() if c}
+        except ValueError as e:  # e.g. a string column holding bytes that are not UTF-8 (UnicodeDecodeError)
+            raise InputError(path, f"unreadable values after row {row} ({_first_line(e)})") from None
         for j in range(batch.num_rows):
             ident = str(data["id"][j]) if "id" in data and data["id"][j] is not None else f"{name}:{row}"
-            yield _item(ident, data["image"][j], data["caption"][j], data["refs"][j] if "refs" in data else None,
-                        path=path, base=base, max_cell=max_cell)
+            if "id" in data and ident in seen:  # two rows with one id: two output rows no one can tell apart
+                yield BadItem(ident, f"{path}:{ident}", "", "", f"{path}:row-{row}",
+                              f"duplicate id {ident!r} (also at row {seen[ident]})")
+            else:
+                if "id" in data:  # FILE:ROW ids are unique by construction
+                    seen[ident] = row
+                yield _item(ident, data["image"][j], data["caption"][j], data["refs"][j] if "refs" in data else None,
+                            path=path, base=base, max_cell=max_cell)
             row += 1
 
 

@@ -6,9 +6,11 @@ the **first member in archive order** with an image extension (``a.png`` then
 ``a.jpg``: the PNG is scored; later image members are not read); the caption is
 the ``caption_key`` member (``txt`` by default) decoded as UTF-8; references,
 when asked for, are a list field of ``KEY.json``. Two members with the same
-extension in one sample (``a.txt`` twice) are ambiguous and make the sample an
-error row. Shards are given as paths, a folder of ``.tar`` files, or brace
-patterns (``shards/{00000..00127}.tar``, expanded with ``braceexpand``, the
+extension in one sample (``a.txt`` twice, or ``a.png`` twice: ``tar -x`` would
+keep the second copy, a stream reader the first) are ambiguous and make the
+sample an error row, as does a key that comes back later in the shard (its
+members not consecutive: the same id twice). Shards are given as paths, a
+folder of ``.tar`` files, or brace patterns (``shards/{00000..00127}.tar``, expanded with ``braceexpand``, the
 expander WebDataset itself uses); a pattern is *counted* before it is expanded
 and refused over ``max_shards`` names (``braceexpand`` builds every range in
 memory, so ``{00000000..99999999}`` would cost minutes and gigabytes).
@@ -143,6 +145,7 @@ class _Sample:
     parts: dict = field(default_factory=dict)  # ext -> bytes
     members: list = field(default_factory=list)  # every extension seen, in order (first 20 kept)
     image_ext: str | None = None
+    image_name: str = ""  # the member read as the image
     problem: str | None = None
 
     def wants(self, ext: str, options: SourceOptions) -> bool:
@@ -199,6 +202,7 @@ def read_tar_shard(path: str, *, name: str, options: SourceOptions = SourceOptio
             tf = tarfile.open(fileobj=f, mode="r|*")
         except tarfile.TarError as e:
             raise InputError(path, f"not a tar archive ({e})") from None
+        seen: set[str] = set()  # keys of the samples so far: a key must not come back later in the shard
         try:
             for member in tf:
                 if not member.isfile():
@@ -209,8 +213,16 @@ def read_tar_shard(path: str, *, name: str, options: SourceOptions = SourceOptio
                         yield _sample(cur, path, options)
                         last = cur.key
                     cur = _Sample(k)
+                    if k in seen:
+                        cur.problem = (f"key {k!r} comes back after other samples (member {member.name}); a "
+                                       "sample's members must be consecutive and its key unique in the shard")
+                    seen.add(k)
                 if len(cur.members) < 20:
                     cur.members.append(ext)
+                if member.name == cur.image_name and cur.problem is None:  # (a caption twice: see below)
+                    # tar -x keeps the last copy, a stream reader the first: neither is safe to score
+                    cur.problem = (f"member {member.name} appears twice in the sample (tar -x would keep the "
+                                   "second copy); expected each member name once")
                 if cur.problem is not None or not cur.wants(ext, options):
                     continue  # never read: skipped in the stream
                 if ext in cur.parts:
@@ -222,7 +234,7 @@ def read_tar_shard(path: str, *, name: str, options: SourceOptions = SourceOptio
                     continue
                 cur.parts[ext] = tf.extractfile(member).read()
                 if ext in IMAGE_EXTS:
-                    cur.image_ext = ext
+                    cur.image_ext, cur.image_name = ext, member.name
         except (tarfile.TarError, EOFError, OSError, ValueError) as e:
             if cur is not None and (cur.problem is not None
                                     or options.caption_key in cur.parts and cur.image_ext is not None):

@@ -8,3 +8,8 @@
 * :mod:`capscore.meta.evaluate` — score a dataset with a metric + backbone and correlate;
 * :mod:`capscore.meta.oracle` — the synthetic-scenes oracle (ground-truth F1 as the human score).
 """
+
+#: Most resamples a bootstrap or randomisation test takes (``compare --resamples``, ``correlate --bootstrap``):
+#: 10 million resolve a p-value to 1e-7; draws are made in blocks, so memory stays bounded and time is what
+#: grows with the count.
+MAX_RESAMPLES = 10_000_000

@@ -5,7 +5,8 @@ captioning systems, scored by the same metric, are matched item by item (``match
 in both files; ``match="image"``: the same ``image``, one caption per image in each file), and compared
 with a paired bootstrap and a paired approximate randomisation test over images — all captions of one
 image move together (:mod:`capscore.meta.significance`). Rows without a score (error rows) and items
-present in only one file are counted and left out.
+present in only one file are counted and left out. Rows that say which model and metric made them must
+agree: a CLIP-S file is not compared with a BLEU-4 file, nor one file's rows of two runs mixed.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capscore.errors import CapscoreError, InputError
+from capscore.errors import CapscoreError, InputError, OptionError, braced
 
 if TYPE_CHECKING:  # scipy (slow to import) only when two systems are compared
     from capscore.meta.significance import SystemTest
@@ -34,21 +35,43 @@ def _rows(path: Path):
     return read_rows(path)
 
 
-def read_system(path, *, match: str = "id", score_column: str = "score") -> tuple[dict[str, tuple[float, str]], int]:
-    """One system's scores -> ({key: (score, image)}, rows without a score). ``key`` is the id or the image."""
+def read_system(path, *, match: str = "id", score_column: str = "score"
+                ) -> tuple[dict[str, tuple[float, str]], int, tuple[str, str] | None]:
+    """One system's scores -> ({key: (score, image)}, rows without a score, (model, metric) of its rows or
+    None when the rows do not say). ``key`` is the id or the image. A file whose rows come from several
+    (model, metric) runs is refused: one comparison is of one metric on one model."""
     from capscore.meta.datasets import _number
 
     path = Path(path).expanduser()
     if not path.exists():
         raise InputError(str(path), "scores file not found")
+    if path.is_dir():
+        raise InputError(str(path), "is a folder; expected a scores file (JSONL/CSV/JSON/Parquet)")
     out: dict[str, tuple[float, str]] = {}
     empty = 0
+    made_by: tuple[str, str] | None = None
+    first = ""
+    system: tuple[str, str] | None = None  # (name, where first seen)
     for where, row in _rows(path):
         need = ["image", score_column] + (["id"] if match == "id" else [])
         missing = [c for c in need if c not in row]
         if missing:
             raise InputError(where, f"missing column {missing[0]!r}",
                              expected=f"{', '.join(repr(c) for c in need)} (a capscore score output)")
+        if row.get("model") is not None or row.get("metric") is not None:
+            this = (str(row.get("model") or ""), str(row.get("metric") or ""))
+            if made_by is None:
+                made_by, first = this, where
+            elif this != made_by:
+                raise InputError(where, f"a row of {_made_by(this)}, but {first} is of {_made_by(made_by)}; "
+                                 "compare one metric on one model at a time")
+        if row.get("system") not in (None, ""):
+            if system is None:
+                system = (str(row["system"]), where)
+            elif str(row["system"]) != system[0]:
+                raise InputError(where, f"a row of system {str(row['system'])!r}, but {system[1]} is of system "
+                                 f"{system[0]!r}; compare takes one system per file (a score run of several systems "
+                                 "has their paired tests in its summary)")
         if row[score_column] in (None, ""):
             empty += 1
             continue
@@ -61,23 +84,33 @@ def read_system(path, *, match: str = "id", score_column: str = "score") -> tupl
             raise InputError(where, f"duplicate {match} {key!r}"
                              + (" (match='image' needs one caption per image)" if match == "image" else ""))
         out[key] = (value, image)
-    return out, empty
+    return out, empty, made_by
+
+
+def _made_by(made_by: tuple[str, str]) -> str:
+    model, metric = made_by
+    return f"metric {metric or '?'!r} on model {model or '?'!r}"
 
 
 def paired_scores(path_a, path_b, *, match: str = "id", score_column: str = "score"):
     """(scores A, scores B, image clusters, counts) for the items scored in both files."""
     if match not in ("id", "image"):
         raise CapscoreError(f"The 'match' parameter of paired_scores must be 'id' or 'image'; got {match!r} instead.")
-    a, empty_a = read_system(path_a, match=match, score_column=score_column)
-    b, empty_b = read_system(path_b, match=match, score_column=score_column)
+    a, empty_a, by_a = read_system(path_a, match=match, score_column=score_column)
+    b, empty_b, by_b = read_system(path_b, match=match, score_column=score_column)
+    if by_a is not None and by_b is not None and by_a != by_b:
+        raise CapscoreError(f"{path_a} holds scores of {_made_by(by_a)} and {path_b} of {_made_by(by_b)}; "
+                            "a comparison needs both systems scored by the same metric on the same model")
     keys = [k for k in a if k in b]
     if len(keys) < 2:
-        raise CapscoreError(f"{path_a} and {path_b} share {len(keys)} scored {match}(s); a comparison needs at "
-                            f"least 2" + (" (try match='image')" if match == "id" else ""))
+        raise OptionError(f"{braced(path_a)} and {braced(path_b)} share {len(keys)} scored {match}(s); a "
+                          f"comparison needs at least 2" + (" (try {match} image)" if match == "id" else ""))
     for k in keys:
-        if a[k][1] != b[k][1]:
-            raise InputError(f"{path_b}: id {k!r}", "the same id names another image than in A",
-                             expected=a[k][1], got=b[k][1])
+        if a[k][1] != b[k][1]:  # the library names the parameter (match), the command line the flag (--match)
+            raise OptionError(braced(str(InputError(
+                f"{path_b}: id {k!r}", "the same id names another image than in A (as ids that are line numbers "
+                "do in files of different orders)", expected=a[k][1], got=b[k][1])))
+                + "; pair by image: {match} image")
     counts = {"paired": len(keys), "only in A": len(a) - len(keys), "only in B": len(b) - len(keys),
               "no score in A": empty_a, "no score in B": empty_b}
     return [a[k][0] for k in keys], [b[k][0] for k in keys], [a[k][1] for k in keys], counts
@@ -108,19 +141,22 @@ def compare_files(path_a, path_b, *, match: str = "id", score_column: str = "sco
     from capscore.meta.significance import compare_systems
 
     xa, xb, images, counts = paired_scores(path_a, path_b, match=match, score_column=score_column)
-    boot, ar = compare_systems(xa, xb, clusters=images, n_resamples=n_resamples, seed=seed)
+    try:
+        boot, ar = compare_systems(xa, xb, clusters=images, n_resamples=n_resamples, seed=seed)
+    except CapscoreError as e:  # e.g. scores whose differences overflow: name the files
+        raise CapscoreError(f"{path_a} vs {path_b}: {e}") from None
     return SystemComparison(str(path_a), str(path_b), match, score_column, counts, boot, ar, n_resamples, seed)
 
 
 def format_comparison(c: SystemComparison) -> str:
-    from capscore.report.tables import format_table
+    from capscore.report.tables import format_p, format_table
 
     boot, ar = c.bootstrap, c.randomization
     rows = [{"test": "paired bootstrap", "mean A": boot.mean_a, "mean B": boot.mean_b, "A - B": boot.delta,
-             "95% CI": f"[{boot.ci[0]:.4f}, {boot.ci[1]:.4f}]", "p (two-sided)": boot.p_value,
+             "95% CI": f"[{boot.ci[0]:.4f}, {boot.ci[1]:.4f}]", "p (two-sided)": format_p(boot.p_value, c.n_resamples),
              "A wins": f"{100 * boot.wins_a:.1f}%"},
             {"test": "approximate randomisation", "mean A": ar.mean_a, "mean B": ar.mean_b, "A - B": ar.delta,
-             "95% CI": "", "p (two-sided)": ar.p_value, "A wins": ""}]
+             "95% CI": "", "p (two-sided)": format_p(ar.p_value, c.n_resamples), "A wins": ""}]
     lines = [f"A = {c.a}\nB = {c.b}",
              f"{c.counts['paired']} captions of {boot.n_clusters} images paired by {c.match}; images resampled as "
              f"clusters; {c.n_resamples} resamples each, seed {c.seed}", format_table(rows, indent="")]
@@ -134,57 +170,90 @@ def format_comparison(c: SystemComparison) -> str:
 def system_tests(rows, *, n_resamples: int = 1000, seed: int = 0) -> list[dict]:
     """Both paired tests between every two systems of each (model, metric) of one run's rows.
 
-    Captions are paired by ``id`` (the same item scored for each system); when two systems share no id but
-    each has one caption per image, by image. The image (or video) of a caption is its cluster; error rows
-    are left out, as in :func:`compare_files`.
+    A caption of system A is paired with the caption of system B that has the same id *and* the same
+    image (or video). Ids that are line numbers (a system whose ids are exactly 1..N: a JSONL/CSV without
+    an ``id`` column) say nothing about the item, so when they name different images in the two systems the
+    captions are paired by image instead, which needs one caption per image in each system; so are two
+    systems that share no id. Two systems that cannot be paired that way -- explicit ids naming different
+    images, or several captions per image without ids that agree -- are not tested: their entry holds
+    ``left_out`` (why) instead of ``tests``, as are pairs with fewer than 2 images in common. The image of
+    a caption is its cluster; error rows are left out, as in :func:`compare_files`.
     """
     from itertools import combinations
 
     from capscore.meta.significance import compare_systems
 
     by: dict[tuple, dict[str, list[tuple[str, str, float]]]] = {}
+    ids: dict[tuple, set[str]] = {}  # every id of a system, error rows too: are they its line numbers?
     for r in rows:
+        key, system = (r.get("model"), r.get("metric")), r.get("system") or ""
+        ids.setdefault((*key, system), set()).add(str(r["id"]))
         if r.get("score") is None:
             continue
         media = r.get("image") if r.get("image") is not None else r.get("video")
-        by.setdefault((r.get("model"), r.get("metric")), {}).setdefault(r.get("system") or "", []).append(
-            (str(r["id"]), str(media), float(r["score"])))
+        by.setdefault(key, {}).setdefault(system, []).append((str(r["id"]), str(media), float(r["score"])))
     out = []
     for (model, metric), systems in by.items():
         for a, b in combinations(sorted(systems), 2):
-            match, pa, pb = _pairable(systems[a], systems[b])
-            if match is None:
+            head = {"model": model, "metric": metric, "a": a, "b": b}
+            positional = all(_line_numbers(ids[(model, metric, s)]) for s in (a, b))
+            match, pa, pb, why = _pairable(systems[a], systems[b], positional=positional, names=(a, b))
+            keys = [k for k in pa if k in pb]
+            images = [pa[k][0] for k in keys]
+            if match is not None and len(set(images)) < 2:
+                why = f"{len(set(images))} image(s) in common; the tests resample images and need at least 2"
+            if why:
+                out.append({**head, "left_out": why})
                 continue
-            ids = [k for k in pa if k in pb]
-            images = [pa[k][0] for k in ids]
-            if len(set(images)) < 2:
-                continue  # nothing to resample
-            boot, ar = compare_systems([pa[k][1] for k in ids], [pb[k][1] for k in ids], clusters=images,
-                                       n_resamples=n_resamples, seed=seed)
-            out.append({"model": model, "metric": metric, "a": a, "b": b, "match": match, "paired": len(ids),
-                        "tests": [boot.as_dict(), ar.as_dict()]})
+            try:
+                boot, ar = compare_systems([pa[k][1] for k in keys], [pb[k][1] for k in keys], clusters=images,
+                                           n_resamples=n_resamples, seed=seed)
+            except CapscoreError as e:  # e.g. differences that overflow: the scored rows stand, the test is left out
+                out.append({**head, "left_out": str(e)})
+                continue
+            out.append({**head, "match": match, "paired": len(keys), "only_a": len(pa) - len(keys),
+                        "only_b": len(pb) - len(keys), "tests": [boot.as_dict(), ar.as_dict()]})
     return out
 
 
-def _pairable(a: list, b: list):
-    """(how, {key: (image, score)} for a, for b): by id when the systems share ids, else by image when each
-    has one caption per image; (None, ...) when they cannot be paired."""
+def _line_numbers(ids: set[str]) -> bool:
+    """Whether a system's ids are exactly 1..N (what a caption file without ids gets: its line numbers)."""
+    return ids == {str(n) for n in range(1, len(ids) + 1)}
+
+
+def _pairable(a: list, b: list, *, positional: bool, names: tuple[str, str]):
+    """(how, {key: (image, score)} for a, for b, why not): by id where the ids of both systems name the same
+    images; else by image where the ids are line numbers (or shared by none) and each system has one caption
+    per image; else (None, {}, {}, the reason)."""
     by_id = ({i: (m, s) for i, m, s in a}, {i: (m, s) for i, m, s in b})
-    if set(by_id[0]) & set(by_id[1]):
-        return "id", *by_id
-    images = [[m for _, m, _ in x] for x in (a, b)]
-    if all(len(set(m)) == len(m) for m in images):
-        return "image", {m: (m, s) for _, m, s in a}, {m: (m, s) for _, m, s in b}
-    return None, {}, {}
+    shared = [k for k in by_id[0] if k in by_id[1]]
+    clash = next((k for k in shared if by_id[0][k][0] != by_id[1][k][0]), None)
+    if shared and clash is None:
+        return "id", *by_id, ""
+    if clash is not None and not positional:
+        return (None, {}, {}, f"id {clash!r} names {by_id[0][clash][0]} in {names[0]} but {by_id[1][clash][0]} in "
+                f"{names[1]}: ids must name the same image in every system (pair the files by image with "
+                "capscore compare --match image)")
+    for name, x in zip(names, (a, b)):
+        seen: set[str] = set()
+        for _, m, _ in x:
+            if m in seen:
+                how = "their ids are line numbers that name different images" if clash is not None else \
+                    "they share no id"
+                return (None, {}, {}, f"{how}, and {name} has several captions of {m}: give each caption an id "
+                        "that names the same item in every system")
+            seen.add(m)
+    return "image", {m: (m, s) for _, m, s in a}, {m: (m, s) for _, m, s in b}, ""
 
 
 def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int = 0) -> str:
     """For a ``capscore score`` run with several systems: the paired tests between them, added to the run's
-    summary file as ``system_tests`` and returned as a table ("" for a run with one system)."""
+    summary file as ``system_tests`` and returned as a table, with a line for each pair of systems left out
+    of the tests and why ("" for a run with one system)."""
     import json
 
     from capscore.pipeline import columns_for, summary_path, write_json
-    from capscore.report.tables import format_table
+    from capscore.report.tables import format_p, format_table
     from capscore.report.writers import read_rows
     from capscore.scores.metric import get_metric
 
@@ -196,9 +265,15 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
     spath = summary_path(out)
     write_json(spath, {**json.loads(spath.read_text(encoding="utf-8")), "system_tests": tests})
     rows = [{"model": t["model"], "metric": t["metric"], "A": t["a"], "B": t["b"], "A - B": boot["delta"],
-             "95% CI": f"[{boot['ci'][0]:.4f}, {boot['ci'][1]:.4f}]", "p bootstrap": boot["p_value"],
-             "p randomisation": ar["p_value"], "paired": t["paired"]}
-            for t in tests for boot, ar in [t["tests"]]]
-    head = (f"paired tests between systems (captions paired by id, else by image; images resampled as clusters, "
-            f"{n_resamples} resamples each, seed {seed})")
-    return head + "\n" + format_table(rows) if rows else ""
+             "95% CI": f"[{boot['ci'][0]:.4f}, {boot['ci'][1]:.4f}]",
+             "p bootstrap": format_p(boot["p_value"], n_resamples),
+             "p randomisation": format_p(ar["p_value"], n_resamples), "paired": t["paired"], "by": t["match"]}
+            for t in tests if "tests" in t for boot, ar in [t["tests"]]]
+    lines = []
+    if rows:
+        lines += [f"paired tests between systems (captions paired by id and image, or by image where ids are line "
+                  f"numbers; images resampled as clusters, {n_resamples} resamples each, seed {seed})",
+                  format_table(rows)]
+    lines += [f"left out of the paired tests: {t['a']} vs {t['b']} ({t['metric']}, {t['model']}): {t['left_out']}"
+              for t in tests if "left_out" in t]
+    return "\n".join(lines)

@@ -50,7 +50,7 @@ import numpy as np
 from capscore._optional import require
 from capscore.data.records import Record
 from capscore.data.images import ImageRef
-from capscore.data.jsonl import csv_problem, iter_csv_rows, iter_jsonl, json_problem
+from capscore.data.jsonl import DuplicateKey, csv_problem, iter_csv_rows, iter_jsonl, json_problem, unique_keys
 from capscore.errors import CapscoreError, InputError, unknown_name
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -124,11 +124,16 @@ def _path(p, what: str) -> Path:
 
 
 def _load_json(path: Path):
+    """A JSON file whose every object names each key once (:func:`capscore.data.jsonl.unique_keys`: a key
+    given twice is an error naming it, where ``json`` alone would keep the last entry without a word)."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return json.load(f)
+            return json.load(f, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}", f"malformed JSON ({e.msg}, column {e.colno})") from None
+    except DuplicateKey as e:
+        raise InputError(f"{path}: key {e.key!r}", "this key appears twice in one JSON object (the second entry "
+                         "would silently replace the first); keep one") from None
     except UnicodeDecodeError:
         raise InputError(str(path), "not UTF-8 text") from None
     except OSError as e:
@@ -204,6 +209,23 @@ def _number(value, where: str, what: str) -> float:
     if math.isinf(number):  # float('9' * 5000) is inf: never let it through as a score
         raise InputError(where, f"{what} is infinite or too large", got=value)
     return number
+
+
+def human_score(value, where: str, what: str, scale: tuple[float, float] | None = None) -> float:
+    """A human judgment -> float: a number (or its text), never infinite, within ``scale`` (lo, hi) when the
+    dataset has one; NaN stays NaN (the loaders count and skip it). Every reader of ratings calls this."""
+    number = _number(value, where, what)
+    if scale is not None and not math.isnan(number) and not scale[0] <= number <= scale[1]:
+        raise InputError(where, f"{what} is outside the dataset's scale [{scale[0]:g}, {scale[1]:g}]", got=value)
+    return number
+
+
+def _count_of(value, where: str, what: str) -> int:
+    """A vote count: a whole number >= 0 (3.0 is 3; 2.5, NaN and -1 are errors)."""
+    number = _number(value, where, what)
+    if math.isnan(number) or number < 0 or number != int(number):
+        raise InputError(where, f"{what} must be a whole number >= 0", got=value)
+    return int(number)
 
 
 def _refs(value, where: str) -> tuple[str, ...]:
@@ -290,7 +312,7 @@ def load_flickr8k(path, images, *, variant: str = "expert") -> RatingSet:
             w = f"{where}, judgement {j}"
             if not isinstance(hj, dict):
                 raise InputError(w, "a judgement must be an object with 'caption' and 'rating'", got=hj)
-            rating = _number(hj.get("rating"), w, "'rating'")
+            rating = human_score(hj.get("rating"), w, "'rating'", DATASETS[name].scale)
             if math.isnan(rating):
                 _count(skipped, "NaN rating")
                 continue
@@ -320,7 +342,7 @@ def load_composite(path, images) -> RatingSet:
     Images: ``images/imgid`` (then by base name)."""
     path = _path(path, "Composite CSV")
     root = _images_root(images)
-    items, skipped = [], {}
+    items, skipped, seen = [], {}, set()
     for where, row in read_rows(path):
         for col in ("imgid", "refs", "score"):
             if col not in row:
@@ -328,7 +350,7 @@ def load_composite(path, images) -> RatingSet:
         _, cand = _pick(row, ("cand", "mt"))
         if cand is None:
             raise InputError(where, "missing caption column", expected="'cand' or 'mt'")
-        score = _number(row["score"], where, "'score'")
+        score = human_score(row["score"], where, "'score'", DATASETS["composite"].scale)
         if math.isnan(score):
             _count(skipped, "NaN score")
             continue
@@ -336,7 +358,11 @@ def load_composite(path, images) -> RatingSet:
         refs = tuple(r for r in _refs(row["refs"], where) if r != cand)
         imgid = str(row["imgid"])
         img = _image(root, imgid, tries=(Path(imgid).name,))
-        rec = Record.make(str(row.get("id") or where.rsplit(":", 1)[-1]), img, cand, refs, source=where)
+        ident = str(row.get("id") or where.rsplit(":", 1)[-1])
+        if ident in seen:
+            raise InputError(where, f"duplicate id {ident!r}")
+        seen.add(ident)
+        rec = Record.make(ident, img, cand, refs, source=where)
         items.append(Rated(rec, score, group=imgid))
     return RatingSet("composite", str(path), tuple(items), skipped)
 
@@ -359,7 +385,7 @@ def load_generic(path, images, *, name: str = "generic", require_lang: bool = Fa
         col, human = _pick(row, HUMAN_COLUMNS)
         if col is None:
             raise InputError(where, "no human score", expected=f"one of {', '.join(HUMAN_COLUMNS)}")
-        human = _number(human, where, repr(col))
+        human = human_score(human, where, repr(col), DATASETS[name].scale if name in DATASETS else None)
         if math.isnan(human):
             _count(skipped, f"NaN {col}")
             continue
@@ -504,7 +530,7 @@ def _pascal_from_rows(path: Path, root, rng) -> list[Pair]:
                 raise InputError(where, "'label' must be 0/1 or a/b", got=row["label"])
             label = 0 if lab in ("0", "a") else 1
         elif "votes_a" in row and "votes_b" in row:
-            va, vb = (int(_number(row[k], where, k)) for k in ("votes_a", "votes_b"))
+            va, vb = (_count_of(row[k], where, repr(k)) for k in ("votes_a", "votes_b"))
             votes, label = (va, vb), pascal_label(va, vb, rng)
         else:
             raise InputError(where, "no human preference", expected="'label' or 'votes_a' and 'votes_b'")
@@ -552,7 +578,12 @@ def load_foil(path, images, *, coco_captions=None) -> PairSet:
         where = f"{path}: annotation {k}"
         if not isinstance(a, dict) or not {"id", "image_id", "caption", "foil"} <= set(a):
             raise InputError(where, "annotation needs id, image_id, caption, foil", got=a)
+        if not isinstance(a["foil"], bool):  # "false" as a string would count as a foil
+            raise InputError(where, "'foil' must be true or false", got=a["foil"])
         g = groups.setdefault(a["id"], {"orig": [], "foil": [], "image_id": a["image_id"], "where": where})
+        if g["image_id"] != a["image_id"]:
+            raise InputError(where, f"annotation id {a['id']!r} names image {a['image_id']!r} here and "
+                             f"{g['image_id']!r} at {g['where']}")
         g["foil" if a["foil"] else "orig"].append(_text(a["caption"], where, "'caption'"))
     items, skipped = [], {}
     for ann_id, g in groups.items():
@@ -564,7 +595,12 @@ def load_foil(path, images, *, coco_captions=None) -> PairSet:
             _count(skipped, "image without COCO references")
             continue
         refs = tuple(r for r in refs_by_image[g["image_id"]] if r != orig)
-        fname = files.get(g["image_id"]) or f"COCO_val2014_{int(g['image_id']):012d}.jpg"
+        fname = files.get(g["image_id"])
+        if fname is None:
+            if not isinstance(g["image_id"], int) or isinstance(g["image_id"], bool):
+                raise InputError(g["where"], "image_id names no entry of 'images' and is not a COCO number",
+                                 got=g["image_id"])
+            fname = f"COCO_val2014_{g['image_id']:012d}.jpg"
         img = ImageRef(path=_image(root, fname, tries=(f"val2014/{fname}",)), name=f"{g['where']}: image {fname}")
         for j, f in enumerate(g["foil"]):
             items.append(Pair(f"{ann_id}#{j}", img, orig, f, refs, "foil", 0, g["where"]))
@@ -665,7 +701,7 @@ def load_hf(path, images, *, name: str, split: str | None = None, extract_to=Non
             for r in batch.to_pylist():
                 where = f"{f}: row {row_no}"
                 row_no += 1
-                human = _number(r[chosen["human score"]], where, repr(chosen["human score"]))
+                human = human_score(r[chosen["human score"]], where, repr(chosen["human score"]), DATASETS[name].scale)
                 if math.isnan(human):
                     _count(skipped, "NaN score")
                     continue
@@ -688,6 +724,7 @@ class DatasetSpec:
     files: str  # what --path / --images must hold (shown in errors and docs)
     citation: str
     ties: str = "half"  # pair datasets: how a metric tie counts
+    scale: tuple[float, float] | None = None  # rating datasets: the human scores' range (checked on reading)
 
 
 # Default columns follow the tables that report each dataset: Flickr8k-Expert, Flickr8k-CF and Composite
@@ -700,13 +737,14 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("flickr8k-expert", "ratings", ("tau_b", "tau_c"),
                     "--path flickr8k.json (clipscore/pacscore format), --images the Flickr8k folder",
                     "Hodosh et al. 2013; protocol of Hessel et al. 2021 (CLIPScore), appendix A; "
-                    "τ-b and τ-c as in Sarto et al. 2023 (PAC-S)"),
+                    "τ-b and τ-c as in Sarto et al. 2023 (PAC-S)", scale=(1.0, 4.0)),
         DatasetSpec("flickr8k-cf", "ratings", ("tau_b", "tau_c"),
                     "--path crowdflower_flickr8k.json, --images the Flickr8k folder",
-                    "Hodosh et al. 2013; protocol of Hessel et al. 2021 (CLIPScore), appendix A"),
+                    "Hodosh et al. 2013; protocol of Hessel et al. 2021 (CLIPScore), appendix A", scale=(0.0, 1.0)),
         DatasetSpec("composite", "ratings", ("tau_b", "tau_c"),
                     "--path composite CSV (imgid, cand|mt, refs, score), --images folder of imgid files",
-                    "Aditya et al. 2015; CSV of the Polos/DENEB evaluation code"),
+                    # the 1-5 ratings of Aditya et al., or the same rescaled to [0, 1] as some evaluation CSVs hold
+                    "Aditya et al. 2015; CSV of the Polos/DENEB evaluation code", scale=(0.0, 5.0)),
         DatasetSpec("pascal50s", "pairs", ("HC", "HI", "HM", "MM", "mean"),
                     "--path folder with pair_pascal.mat + consensus_pascal.mat (or a JSON/CSV of pairs), "
                     "--images VOC2010 folder (JPEGImages/)",

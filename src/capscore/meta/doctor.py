@@ -12,14 +12,15 @@ from pathlib import Path
 
 def checks(data_root: Path, weights_root: Path) -> list[tuple[str, str, bool, str]]:
     """(group, item, present, detail) for every check."""
-    from capscore.meta.reproduce import DATA_LAYOUT, data_files, missing_data, read_table, table_names, weights_file
+    from capscore.meta.reproduce import (DATA_LAYOUT, data_files, missing_data, missing_weights, read_table,
+                                         table_names, weights_file)
     from capscore.scores import classic
 
     out = []
     for ds in DATA_LAYOUT:
         why = missing_data(ds, data_root)
         out.append(("dataset", ds, not why, why.removeprefix("data not found: ") if why else
-                    str(data_files(ds, data_root)[0])))
+                    str(data_files(ds, data_root)[0])))  # an empty file reads "data file is empty (0 bytes): P"
     seen: dict[str, str] = {}
     for t in table_names():
         for r in read_table(t):
@@ -27,7 +28,8 @@ def checks(data_root: Path, weights_root: Path) -> list[tuple[str, str, bool, st
             if wf is not None and str(wf) not in seen:
                 seen[str(wf)] = r.backbone
     for wf, name in seen.items():
-        out.append(("weights", name, Path(wf).is_file(), wf))
+        why = missing_weights(Path(wf))
+        out.append(("weights", name, not why, wf if not why or why.startswith("weights not found") else why))
     java = classic.java()
     version = ""
     if java:
@@ -46,8 +48,14 @@ def checks(data_root: Path, weights_root: Path) -> list[tuple[str, str, bool, st
     except Exception:  # noqa: BLE001  (PackageNotFoundError)
         out.append(("tool", "pycocoevalcap", False, "pip install 'capscore[classic]'"))
     found = classic.corenlp_dir()
-    out.append(("tool", "CoreNLP 3.6.0 jars (SPICE)", found is not None,
-                str(found) if found else f"put {' and '.join(classic.CORENLP_JARS)} in {classic.spice_dirs()[0]}"))
+    if found is not None:
+        detail = str(found)
+    else:  # name the jars that are there but broken (an empty download, an HTML error page saved as .jar)
+        broken = [f"{d / j}: {why}" for d in classic.spice_dirs() for j in classic.CORENLP_JARS
+                  if (why := classic.jar_problem(d / j)) not in (None, "missing")]
+        detail = "; ".join(broken[:2]) + "; " if broken else ""
+        detail += f"put {' and '.join(classic.CORENLP_JARS)} in {classic.spice_dirs()[0]}"
+    out.append(("tool", "CoreNLP 3.6.0 jars (SPICE)", found is not None, detail))
     import torch
 
     gpu = torch.cuda.is_available()

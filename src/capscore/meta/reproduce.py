@@ -109,21 +109,39 @@ def table_path(table: str | os.PathLike) -> Path:
 
 
 def read_table(table: str | os.PathLike) -> list[PaperRow]:
+    """A table's rows, each checked: a known dataset, a finite paper value and a finite tolerance >= 0."""
+    import math
+
+    from capscore.data.jsonl import csv_problem, iter_csv_rows
     from capscore.meta.datasets import DATASETS, _number
 
     path = table_path(table)
     rows = []
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise InputError(f"{path}:1", "wrong header", expected=",".join(COLUMNS), got=reader.fieldnames)
-        for i, r in enumerate(reader, 2):
-            where = f"{path}:{i}"
+    try:
+        f = open(path, encoding="utf-8-sig", newline="")
+    except OSError as e:
+        raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
+    with f:
+        reader = csv.DictReader(f, strict=True)
+        try:
+            header = tuple(reader.fieldnames or ())
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise InputError(f"{path}:1", csv_problem(e)) from None
+        if header != COLUMNS:
+            raise InputError(f"{path}:1", "wrong header", expected=",".join(COLUMNS), got=list(header))
+        for line, _, r in iter_csv_rows(reader, path):
+            where = f"{path}:{line}"
+            if None in r or any(v is None for v in r.values()):
+                raise InputError(where, f"malformed CSV row: {len(COLUMNS)} fields expected")
             if r["dataset"] not in DATASETS:
                 raise InputError(where, f"unknown dataset {r['dataset']!r}")
+            paper, tolerance = _number(r["paper"], where, "'paper'"), _number(r["tolerance"], where, "'tolerance'")
+            if not math.isfinite(paper):
+                raise InputError(where, "'paper' must be the number the paper prints", got=r["paper"])
+            if not (math.isfinite(tolerance) and tolerance >= 0):
+                raise InputError(where, "'tolerance' must be a number >= 0", got=r["tolerance"])
             rows.append(PaperRow(r["dataset"], r["split"], r["metric"], r["backbone"], r["model"], r["statistic"],
-                                 _number(r["paper"], where, "'paper'"), _number(r["tolerance"], where, "'tolerance'"),
-                                 r["source"], where))
+                                 paper, tolerance, r["source"], where))
     if not rows:
         raise InputError(str(path), "the table has no rows")
     return rows
@@ -138,11 +156,22 @@ def data_files(dataset: str, data_root: Path) -> tuple[Path, Path, Path | None]:
 
 
 def missing_data(dataset: str, data_root: Path) -> str:
-    """'' when the dataset's files are under ``data_root``, else what is missing."""
+    """'' when the dataset's files are under ``data_root``, else what is missing (or an empty file)."""
     path, images, coco = data_files(dataset, data_root)
     for p in (path, coco, images):
         if p is not None and not p.exists():
             return f"data not found: {p}"
+        if p is not None and p.is_file() and p.stat().st_size == 0:
+            return f"data file is empty (0 bytes): {p}"
+    return ""
+
+
+def missing_weights(path: Path) -> str:
+    """'' when ``path`` is a weights file that is not empty, else what is wrong with it."""
+    if not path.is_file():
+        return f"weights not found: {path}"
+    if path.stat().st_size == 0:
+        return f"weights file is empty (0 bytes): {path}"
     return ""
 
 
@@ -198,8 +227,8 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
         why = missing_data(row.dataset, data_root) or missing_tools(row.metric)
         if not why and row.model != "-" and row.model not in override:
             wf = weights_file(row.model, weights_root)
-            if wf is not None and not wf.is_file():
-                why = f"weights not found: {wf}"
+            if wf is not None:
+                why = missing_weights(wf)
         if why:
             out[i] = RowResult(row, skipped=why)
             continue
@@ -270,6 +299,7 @@ def write_results(path: Path, results: Sequence[RowResult], *, table: str, data_
 
 __all__ = [
     "DATA_LAYOUT", "PaperRow", "RowResult", "TABLES_DIR", "data_files", "default_root", "format_results",
-    "format_tables", "missing_data", "missing_tools", "read_table", "run_table", "table_names", "weights_file",
+    "format_tables", "missing_data", "missing_tools", "missing_weights", "read_table", "run_table", "table_names",
+    "weights_file",
     "write_results",
 ]

@@ -56,6 +56,7 @@ import numpy as np
 from scipy import stats as st
 
 from capscore.errors import CapscoreError, param_error
+from capscore.meta import MAX_RESAMPLES
 
 TAU_KINDS = ("tau_b", "tau_c")
 
@@ -67,9 +68,26 @@ def _scores(x, what: str) -> np.ndarray:
     return _vector(x, what)
 
 
+BLOCK = 1 << 22  # random numbers drawn at once: the draws of many resamples are made block by block
+
+
 def _check_resamples(n_resamples: int, func: str) -> None:
-    if not isinstance(n_resamples, (int, np.integer)) or isinstance(n_resamples, bool) or n_resamples < 1:
-        raise param_error("n_resamples", func, "an int >= 1", n_resamples)
+    if (not isinstance(n_resamples, (int, np.integer)) or isinstance(n_resamples, bool)
+            or not 1 <= n_resamples <= MAX_RESAMPLES):
+        raise param_error("n_resamples", func, f"an int in [1, {MAX_RESAMPLES:,}]", n_resamples)
+
+
+def _blocks(n_resamples: int, width: int):
+    """(start, stop) of consecutive blocks of resamples, each drawing at most about BLOCK numbers."""
+    step = max(1, BLOCK // max(1, width))
+    return ((a, min(a + step, n_resamples)) for a in range(0, n_resamples, step))
+
+
+def _overflow(*values: float) -> None:
+    """Refuse a result that float64 could not hold (scores near ±1e308: their differences overflow)."""
+    if not all(math.isfinite(v) for v in values):
+        raise CapscoreError("the scores are too large to compare: their means or differences overflow 64-bit "
+                            "floats (scores near ±1e308); rescale them")
 
 
 def cluster_index(clusters: Sequence | None, n: int) -> np.ndarray:
@@ -83,7 +101,8 @@ def cluster_index(clusters: Sequence | None, n: int) -> np.ndarray:
 
 
 def _cluster_draws(rng: np.random.Generator, n_clusters: int, n_resamples: int) -> np.ndarray:
-    """(R, G) cluster indices drawn with replacement: row k is resample k (G draws each)."""
+    """(R, G) cluster indices drawn with replacement: row k is resample k (G draws each). Drawn block by
+    block (:func:`_blocks`), row k is the same whatever the block size."""
     return rng.integers(0, n_clusters, size=(n_resamples, n_clusters))
 
 
@@ -119,7 +138,9 @@ def _two_systems(a, b, clusters):
         raise CapscoreError(f"a system comparison needs at least 2 paired items; got {x.size}")
     codes = cluster_index(clusters, x.size)
     g = int(codes.max()) + 1
-    sums = np.bincount(codes, weights=x - y, minlength=g)  # per-cluster Σ(a − b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = np.bincount(codes, weights=x - y, minlength=g)  # per-cluster Σ(a − b)
+        _overflow(float(x.mean()), float(y.mean()), float(np.abs(sums).sum()))
     sizes = np.bincount(codes, minlength=g).astype(float)
     if g < 2:
         raise CapscoreError("a system comparison needs at least 2 clusters (images); got 1")
@@ -138,8 +159,13 @@ def paired_bootstrap(a, b, *, clusters: Sequence | None = None, n_resamples: int
         raise param_error("confidence", "paired_bootstrap", "a number in (0, 1)", confidence)
     x, y, sums, sizes = _two_systems(a, b, clusters)
     delta = float(sums.sum() / sizes.sum())
-    draws = _cluster_draws(np.random.default_rng(seed), sums.size, n_resamples)
-    boot = sums[draws].sum(axis=1) / sizes[draws].sum(axis=1)
+    rng = np.random.default_rng(seed)
+    boot = np.empty(n_resamples)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lo, hi in _blocks(n_resamples, sums.size):
+            draws = _cluster_draws(rng, sums.size, hi - lo)
+            boot[lo:hi] = sums[draws].sum(axis=1) / sizes[draws].sum(axis=1)
+    _overflow(float(np.abs(boot).max()))
     tail = (1 - confidence) / 2
     lo, hi = np.quantile(boot, [tail, 1 - tail])
     p = float(np.mean(np.abs(boot - delta) >= abs(delta))) if delta != 0 else 1.0
@@ -155,8 +181,13 @@ def approximate_randomization(a, b, *, clusters: Sequence | None = None, n_resam
     x, y, sums, sizes = _two_systems(a, b, clusters)
     total = sizes.sum()
     delta = float(sums.sum() / total)
-    signs = np.random.default_rng(seed).integers(0, 2, size=(n_resamples, sums.size)) * 2 - 1  # (R, G) ±1
-    perm = (signs * sums).sum(axis=1) / total
+    rng = np.random.default_rng(seed)
+    perm = np.empty(n_resamples)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lo, hi in _blocks(n_resamples, sums.size):
+            signs = rng.integers(0, 2, size=(hi - lo, sums.size)) * 2 - 1  # (block, G) ±1
+            perm[lo:hi] = (signs * sums).sum(axis=1) / total
+    _overflow(float(np.abs(perm).max()))
     # a tolerance so that a permutation equal to the observed one (up to float summation order) counts
     hits = int(np.sum(np.abs(perm) >= abs(delta) - 1e-12 * max(1.0, abs(delta))))
     p = (hits + 1) / (n_resamples + 1)
@@ -207,7 +238,9 @@ def williams_test(metric1, metric2, human) -> WilliamsResult:
     for a, what in ((m1, "metric 1 scores"), (m2, "metric 2 scores"), (h, "human scores")):
         if a.size and np.ptp(a) == 0:
             raise CapscoreError(f"{what} are constant: a correlation is undefined")
-    r = lambda u, v: float(np.corrcoef(u, v)[0, 1])  # noqa: E731
+    from capscore.meta.stats import unit_scale  # scores near ±1e308 must not overflow the correlations
+
+    r = lambda u, v: float(np.corrcoef(unit_scale(u), unit_scale(v))[0, 1])  # noqa: E731
     return williams_from_r(r(h, m1), r(h, m2), r(m1, m2), int(h.size))
 
 
@@ -347,25 +380,16 @@ def compare_metrics(scores: Mapping[str, Sequence[float]], human, *, kind: str =
                                       + (", image clusters" if clusters is not None else "")})
 
 
-def _p(p: float | None, resamples: int | None) -> str:
-    """A p-value cell; a bootstrap p of 0 is shown as below the resolution of its resamples, not as 0."""
-    if p is None:
-        return "n/a"
-    if resamples and p == 0:
-        return f"<{1 / resamples:.2g}"
-    return "<0.001" if p < 0.0005 else f"{p:.3f}"
-
-
 def format_comparison(c: MetricComparison) -> str:
     """The two p-value matrices and the cluster, as text."""
-    from capscore.report.tables import format_table
+    from capscore.report.tables import format_p, format_table
 
     def matrix(title: str, m, resamples: int | None = None) -> str:
         rows = []
         for i, n in enumerate(c.names):
             row = {"metric": n}
             for j, o in enumerate(c.names):
-                row[o] = "-" if i == j else _p(m[i][j], resamples)
+                row[o] = "-" if i == j else format_p(m[i][j], resamples)
             rows.append(row)
         return f"{title}\n" + format_table(rows, indent="")
 

@@ -65,6 +65,7 @@ import numpy as np
 from scipy import stats as st
 
 from capscore.errors import CapscoreError, unknown_name
+from capscore.meta import MAX_RESAMPLES
 
 CORRELATIONS = ("tau_b", "tau_c", "pearson", "spearman", "one_minus_r2", "one_minus_r2_fit")
 #: Statistics reported on their own scale (×1) rather than in points (×100).
@@ -106,7 +107,7 @@ def _paired(metric, human, *, names=("metric scores", "human scores"), min_n: in
     if x.size < min_n:
         raise CapscoreError(f"a correlation needs at least {min_n} items; got {x.size}")
     for a, what in ((x, names[0]), (y, names[1])):
-        if np.ptp(a) == 0:
+        if a.min() == a.max():  # not np.ptp: max - min overflows for scores near ±1e308
             raise CapscoreError(f"{what} are constant (all {a[0]:g}): a correlation is undefined")
     return x, y
 
@@ -120,8 +121,8 @@ def _raw(kind: str, x: np.ndarray, y: np.ndarray) -> float:
             return 100 * float(st.kendalltau(x, y, variant="b").statistic)
         if kind == "tau_c":
             return 100 * float(st.kendalltau(x, y, variant="c").statistic)
-        if kind == "pearson":
-            return 100 * float(st.pearsonr(x, y).statistic)
+        if kind == "pearson":  # r is scale-free: unit scale keeps scores near ±1e308 from overflowing
+            return 100 * float(st.pearsonr(unit_scale(x), unit_scale(y)).statistic)
         if kind == "spearman":
             return 100 * float(st.spearmanr(x, y).statistic)
         if kind == "one_minus_r2":
@@ -129,8 +130,23 @@ def _raw(kind: str, x: np.ndarray, y: np.ndarray) -> float:
         if kind == "one_minus_r2_fit":
             if np.ptp(x) == 0:  # a constant bootstrap resample: linregress raises instead of giving NaN
                 return float("nan")
-            return 100 * (1 - float(st.linregress(x, y).rvalue) ** 2)
+            return 100 * (1 - float(st.linregress(unit_scale(x), unit_scale(y)).rvalue) ** 2)
     raise unknown_name("statistic", kind, CORRELATIONS)
+
+
+def unit_scale(a: np.ndarray) -> np.ndarray:
+    """``a`` divided by its largest magnitude (a correlation is unchanged by it; scores near ±1e308 then no
+    longer overflow the sums of squares a correlation is made of)."""
+    top = float(np.abs(a).max()) if a.size else 0.0
+    return a / top if top > 0 else a
+
+
+def _defined(value: float, kind: str) -> float:
+    """A statistic as reported: finite, or a one-line error (never NaN or inf printed as a result)."""
+    if not np.isfinite(value):
+        raise CapscoreError(f"{kind} is not a finite number on these scores ({value}): the scores are too large "
+                            "for 64-bit arithmetic (near ±1e308); rescale them")
+    return value
 
 
 def correlation(metric, human, *, kind: str = "tau_c") -> float:
@@ -138,7 +154,7 @@ def correlation(metric, human, *, kind: str = "tau_c") -> float:
     if kind not in CORRELATIONS:
         raise unknown_name("statistic", kind, CORRELATIONS)
     x, y = _paired(metric, human)
-    return _raw(kind, x, y)
+    return _defined(_raw(kind, x, y), kind)
 
 
 def kendall_tau(metric, human, *, variant: str = "c") -> float:
@@ -162,7 +178,8 @@ def unfitted_one_minus_r2(metric: np.ndarray, human: np.ndarray) -> float:
     DeCapBench's "1 − R²" as SPECS Table 2 reports it (×1). A metric that predicts every human
     score exactly gives 0; one that predicts the human mean gives 1; anything worse, more than 1.
     """
-    return float(np.sum((human - metric) ** 2) / np.sum((human - human.mean()) ** 2))
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused by the caller, not warned about
+        return float(np.sum((human - metric) ** 2) / np.sum((human - human.mean()) ** 2))
 
 
 def one_minus_r2(metric, human) -> float:
@@ -289,13 +306,20 @@ def bootstrap_ci(statistic: Callable[..., float], data: Sequence[np.ndarray], *,
     """
     if n_resamples <= 0:
         return None
+    if n_resamples > MAX_RESAMPLES:
+        raise CapscoreError(f"The 'n_resamples' parameter of bootstrap_ci must be at most {MAX_RESAMPLES:,}; "
+                            f"got {n_resamples!r} instead.")
     if any(np.asarray(d).size < 2 for d in data):
         return None
+    total = sum(np.asarray(d).size for d in data)
+    # scipy draws all R x n resample indices at once unless batched; batches of ~16M indices bound the memory
+    # (only for counts that need it: batching an unpaired bootstrap interleaves the samples' draws)
+    batch = None if n_resamples * total <= 1 << 24 else max(1, (1 << 24) // total)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = st.bootstrap(tuple(np.asarray(d) for d in data), statistic, n_resamples=n_resamples,
                            paired=paired, vectorized=False, confidence_level=confidence,
-                           method="percentile", rng=np.random.default_rng(seed))
+                           method="percentile", rng=np.random.default_rng(seed), batch=batch)
     lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if not (np.isfinite(lo) and np.isfinite(hi)) or np.isnan(res.bootstrap_distribution).any():
         return None
@@ -311,7 +335,7 @@ def correlation_stat(metric, human, kind: str, *, n_resamples: int = 0, seed: in
     ci = bootstrap_ci(lambda a, b: _raw(kind, a, b), (x, y), n_resamples=n_resamples, seed=seed,
                       confidence=confidence)
     note = "x1, unfitted (SPECS Table 2 scale)" if kind in UNSCALED else ""
-    return Stat(kind, _raw(kind, x, y), ci, int(x.size), note)
+    return Stat(kind, _defined(_raw(kind, x, y), kind), ci, int(x.size), note)
 
 
 def sample_tau_stat(metric, human, groups: Sequence, *, variant: str = "b", n_resamples: int = 0,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capscore.errors import CapscoreError, param_error, unknown_name
+from capscore.errors import CapscoreError, OptionError, param_error, unknown_name
 
 FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
                "aro-flickr-order", "abc6k", "winoground")
@@ -97,8 +97,12 @@ def load_inputs(job: ProbeJob):
         return "scenes", scenes[suite]
     if suite not in FILE_SUITES + CAPTION_SUITES + DATA_SUITES:
         raise unknown_name("suite", suite, FILE_SUITES + CAPTION_SUITES + DATA_SUITES + tuple(scenes))
-    if not job.data:
-        raise param_error("data", "load_inputs", f"the file of suite {suite}", job.data)
+    if not job.data:  # named as the caller spells it: data in Python, --data on the command line
+        what = {"sugarcrepe": "the SugarCrepe folder of subset files, or one subset file",
+                "retrieval": "a Karpathy-split JSON (with {images} the image folder)",
+                "zeroshot": "a folder of class folders, or a path,label CSV"}.get(suite, "its file")
+        raise OptionError(f"the {suite} suite reads its items from your copy of the data: give {{data}} ({what}; "
+                          "docs/probes.md); the scenes-* suites need none")
     if suite == "retrieval":
         from capscore.probes.retrieval import load_karpathy
 

@@ -24,12 +24,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from capscore._optional import require
+from capscore._table import format_p
 from capscore.errors import param_error
 from capscore.report.rows import DEFAULT_LIMITS, Limits
 from capscore.report.runs import CorrelateRun, ProbeRun, Runs, discover, finite
 
 MAX_SYSTEMS_PLOTTED = 12
 MAX_SCATTER_PANELS = 9
+MAX_TRAINING_PANELS = 16  # training quantities plotted, one panel each
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
            "#bcbd22", "#17becf")
 
@@ -69,10 +71,41 @@ def _label(s: object, limit: int = 40) -> str:
     return s.replace("$", r"\$")
 
 
+def plots_available() -> bool:
+    """Whether matplotlib (the ``report`` extra) is installed; without it the page has its tables only."""
+    import importlib.util
+    import sys
+
+    if "matplotlib" in sys.modules:  # imported, or blocked (None: the way to hide a package from Python)
+        return sys.modules["matplotlib"] is not None
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+NO_PLOTS = ("plots need matplotlib, which is not installed (pip install 'capscore[report]'); this page shows "
+            "the tables only")
+
+
 def figure(width: float, height: float):
     Figure = require("matplotlib.figure", purpose="capscore report").Figure  # lazy: only report and explain plot
 
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def plottable(values: Iterable[float]) -> bool:
+    """Whether matplotlib can lay out an axis over ``values``: their span (and its margins) must fit a 64-bit
+    float, which it does not for values near ±1e308."""
+    vals = list(values)
+    return not vals or math.isfinite((max(vals) - min(vals)) * 1.1)
+
+
+def whole_numbers(axis) -> None:
+    """Ticks at whole numbers only, on an axis of counts or steps (no "2.5 captions")."""
+    axis.set_major_locator(require("matplotlib.ticker", purpose="capscore report").MaxNLocator(integer=True))
+
+
+def legend_outside(ax) -> None:
+    """The legend to the right of the plot, never over its lines (constrained layout makes room)."""
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
 
 
 def img(fig, alt: str) -> str:
@@ -136,13 +169,17 @@ def _score_block(b) -> str:
         return out[0] + _note("no scored rows")
     extra = b.parts
     stats_rows = []
-    for system, d in sorted(b.systems.items()):
-        x = np.frombuffer(d.scores, dtype=np.float64)
-        stats_rows.append([system or "(none)", len(x), float(x.mean()), float(np.median(x)), float(x.std()),
-                           float(x.min()), float(x.max())]
-                          + [d.parts[c][0] / d.parts[c][1] if c in d.parts else None for c in extra])
+    with np.errstate(over="ignore", invalid="ignore"):  # scores near ±1e308: an overflow shows as "–", noted
+        for system, d in sorted(b.systems.items()):
+            x = np.frombuffer(d.scores, dtype=np.float64)
+            stats_rows.append([system or "(none)", len(x), float(x.mean()), float(np.median(x)), float(x.std()),
+                               float(x.min()), float(x.max())]
+                              + [d.parts[c][0] / d.parts[c][1] if c in d.parts else None for c in extra])
     out.append(table(["system", "n", "mean", "median", "std", "min", "max"]
                      + [f"mean {PART_NAMES.get(c, c)}" for c in extra], stats_rows))
+    if any(isinstance(v, float) and not math.isfinite(v) for r in stats_rows for v in r):
+        out.append(_note("some statistics overflow 64-bit floats on these scores (values near ±1e308) and are "
+                         "shown as –"))
     out.append(_score_plot(b))
     ex = [("lowest", *x) for x in b.lowest] + [("highest", *x) for x in b.highest]
     out.append("<details><summary>lowest and highest scored captions</summary>"
@@ -153,10 +190,14 @@ def _score_block(b) -> str:
 def _score_plot(b) -> str:
     scores = {k: d.scores for k, d in b.systems.items()}
     systems = sorted(scores, key=lambda k: -len(scores[k]))[:MAX_SYSTEMS_PLOTTED]
-    fig = figure(10, 3.6)
-    ax_h, ax_b = fig.subplots(1, 2, width_ratios=(3, 2))
     lo = min(min(scores[s]) for s in systems)
     hi = max(max(scores[s]) for s in systems)
+    if not plottable((lo, hi)):  # the bins and quartile whiskers would overflow
+        return _note(f"no plot: the scores span {lo:g} to {hi:g}, wider than 64-bit floats can bin")
+    if not plots_available():
+        return ""
+    fig = figure(10, 3.6)
+    ax_h, ax_b = fig.subplots(1, 2, width_ratios=(3, 2))
     bins = 30 if hi > lo else 1
     for i, sys_ in enumerate(systems):
         ax_h.hist(scores[sys_], bins=bins, range=(lo, hi if hi > lo else lo + 1e-6), histtype="step",
@@ -164,7 +205,8 @@ def _score_plot(b) -> str:
     ax_h.set_title(_label(b.title, 80), fontsize=10)
     ax_h.set_xlabel(_label(b.metric or "score"))
     ax_h.set_ylabel("captions")
-    ax_h.legend(fontsize=8)
+    whole_numbers(ax_h.yaxis)
+    legend_outside(ax_h)
     try:
         ax_b.boxplot([scores[s] for s in systems], orientation="horizontal")
     except TypeError:  # matplotlib < 3.10
@@ -198,7 +240,7 @@ def section_lgip(runs: Runs) -> str:
            'better) against semantic sensitivity E<sub>sens</sub> (eq. 6: mean gap s(I,c) − s(I,c†) over flips; '
            'higher is better), one point per model, as in the LGIP paper\'s Figure 2; PR (eq. 8) is the share of '
            'flips scored below the original (0.5 = chance).</p>']
-    if pts:
+    if pts and plots_available():
         fig = figure(6.5, 4.6)
         ax = fig.subplots()
         for i, (x, y, name) in enumerate(pts):
@@ -210,7 +252,7 @@ def section_lgip(runs: Runs) -> str:
         ax.set_ylabel("semantic sensitivity $E_{sens}$ (higher is better)")
         ax.grid(alpha=0.3)
         out.append(img(fig, "LGIP invariance-sensitivity trade-off"))
-    else:
+    elif not pts:
         out.append(_note("no model has both an invariance error and a flip gap (no paraphrases or no flips)"))
     head = ["model", "suite", "E_inv", "E_sens (gap)", "PR", "flips", "paraphrases"] + [
         f"{t}: gap / PR" for t in types]
@@ -296,6 +338,8 @@ def _pct_cell(c) -> str:
 
 
 def _perturb_plot(bars) -> str:
+    if not plots_available():
+        return ""
     kinds = list(dict.fromkeys(k for _, ks, _ in bars for k in ks))
     fig = figure(min(12, 2 + 1.4 * len(kinds)), 3.8)
     ax = fig.subplots()
@@ -307,7 +351,7 @@ def _perturb_plot(bars) -> str:
     ax.set_xticks(range(len(kinds)), [_label(k, 16) for k in kinds])
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_ylabel("score change vs original (%)")
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     ax.grid(axis="y", alpha=0.3)
     return img(fig, "PR-MCS percent score change per perturbation")
 
@@ -320,12 +364,9 @@ def section_specificity(runs: Runs) -> str:
            'solid line and stays below it on the dashed one (SPECS §3.1–3.2; SR<sub>pos</sub> and '
            'SR<sub>neg</sub> are the shares of steps that do). Captions differ in length, so the points at '
            'large k average fewer captions (counts in the table below the plot).</p>']
-    fig = figure(7, 4.2)
-    ax = fig.subplots()
-    plotted = False
+    lines = []  # (colour index, name, {k: mean}, dashed)
     counts = []
     for i, p in enumerate(probes):
-        color = PALETTE[i % len(PALETTE)]
         by_k: dict[int, list[float]] = defaultdict(list)
         wrong_k: dict[int, list[float]] = defaultdict(list)
         for r in p.rows:
@@ -336,21 +377,24 @@ def section_specificity(runs: Runs) -> str:
                 if finite(v) is not None:
                     wrong_k[k].append(float(v))
         if by_k:
-            ks = sorted(by_k)
-            counts.append((f"{p.model} ({p.suite})", {k: len(by_k[k]) for k in ks}))
-            ax.plot(ks, [statistics.fmean(by_k[k]) for k in ks], marker="o", color=color,
-                    label=_label(f"{p.model} ({p.suite})"))
-            plotted = True
+            counts.append((f"{p.model} ({p.suite})", {k: len(by_k[k]) for k in sorted(by_k)}))
+            lines.append((i, f"{p.model} ({p.suite})", {k: statistics.fmean(v) for k, v in by_k.items()}, False))
         if wrong_k:
-            ks = sorted(wrong_k)
-            ax.plot(ks, [statistics.fmean(wrong_k[k]) for k in ks], marker="x", linestyle="--", color=color,
-                    label=_label(f"{p.model}: + wrong unit"))
-    if plotted:
-        ax.set_xlabel("detail units in the caption (k)")
-        ax.set_ylabel("mean score")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        out.append(img(fig, "specificity curves: score against number of detail units"))
+            lines.append((i, f"{p.model}: + wrong unit", {k: statistics.fmean(v) for k, v in wrong_k.items()}, True))
+    if counts:
+        if plots_available():
+            fig = figure(7, 4.2)
+            ax = fig.subplots()
+            for i, name, means, dashed in lines:
+                ks = sorted(means)
+                ax.plot(ks, [means[k] for k in ks], marker="x" if dashed else "o", linestyle="--" if dashed else "-",
+                        color=PALETTE[i % len(PALETTE)], label=_label(name))
+            ax.set_xlabel("detail units in the caption (k)")
+            ax.set_ylabel("mean score")
+            whole_numbers(ax.xaxis)
+            ax.grid(alpha=0.3)
+            legend_outside(ax)
+            out.append(img(fig, "specificity curves: score against number of detail units"))
         ks = sorted({k for _, c in counts for k in c})
         out.append(table(["captions with k units"] + [str(k) for k in ks],
                          [[name] + [c.get(k, 0) for k in ks] for name, c in counts]))
@@ -383,8 +427,10 @@ def _stat_cell(s: dict) -> str:
     return f"{v:.1f}" + (f" [{lo:.1f}, {hi:.1f}]" if lo is not None and hi is not None else "")
 
 
-def _p_matrix(names: list, m: list) -> str:
-    return table(["", *names], [[a, *("–" if v is None else f"{v:.3f}" for v in row)] for a, row in zip(names, m)])
+def _p_matrix(names: list, m: list, resamples: int | None = None) -> str:
+    """A p-value matrix; with ``resamples``, p below 1/R reads ``< 1/R`` (:func:`capscore._table.format_p`)."""
+    return table(["", *names], [[a, *("–" if finite(v) is None else format_p(v, resamples) for v in row)]
+                                for a, row in zip(names, m)])
 
 
 def _significance(sig: dict) -> str:
@@ -395,22 +441,39 @@ def _significance(sig: dict) -> str:
             f"α = {esc(sig.get('alpha'))})</h4>"
             f"<p>cluster of the best: <b>{esc(', '.join(sig.get('cluster') or []))}</b></p>"
             f"<p>paired bootstrap p of {esc(sig.get('kind'))}(row) − {esc(sig.get('kind'))}(column)</p>"
-            + _p_matrix(names, sig.get("tau_p") or [])
+            + _p_matrix(names, sig.get("tau_p") or [], _resamples(sig.get("n_resamples")))
             + "<p>Williams test p (Pearson r of row greater than of column)</p>" + _p_matrix(names, sig.get("williams_p") or []))
 
 
+def _resamples(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _system_tests(tests: list) -> str:
-    rows = []
+    rows, left = [], []
     for t in tests:
-        boot, ar = (t.get("tests") or [{}, {}])[:2]
-        ci = [finite(v) for v in (boot.get("ci") or [None, None])[:2]]
-        num = [finite(v) for v in (boot.get("delta"), boot.get("p_value"), ar.get("p_value"))]
-        delta, p_boot, p_ar = ("–" if v is None else f"{v:.4f}" for v in num)
-        rows.append([t.get("model"), t.get("metric"), t.get("a"), t.get("b"), t.get("paired"), delta,
+        if not isinstance(t, dict):
+            continue
+        if t.get("left_out"):
+            left.append(f"{t.get('a')} vs {t.get('b')} ({t.get('metric')}, {t.get('model')}): {t['left_out']}")
+            continue
+        boot, ar = (list(t.get("tests") or []) + [{}, {}])[:2]
+        boot, ar = (x if isinstance(x, dict) else {} for x in (boot, ar))
+        ci = [finite(v) for v in (list(boot.get("ci") or []) + [None, None])[:2]]
+        delta = finite(boot.get("delta"))
+        p_boot, p_ar = ("–" if finite(x.get("p_value")) is None
+                        else format_p(x["p_value"], _resamples(x.get("n_resamples"))) for x in (boot, ar))
+        rows.append([t.get("model"), t.get("metric"), t.get("a"), t.get("b"), t.get("paired"),
+                     "–" if delta is None else f"{delta:.4f}",
                      f"[{ci[0]:.4f}, {ci[1]:.4f}]" if None not in ci else "–", p_boot, p_ar])
-    return ("<p><b>paired tests between systems</b> (images resampled as clusters)</p>"
-            + table(["model", "metric", "A", "B", "paired", "A − B", "95% CI", "p bootstrap", "p randomisation"],
-                    rows))
+    out = ""
+    if rows:
+        out += ("<p><b>paired tests between systems</b> (images resampled as clusters)</p>"
+                + table(["model", "metric", "A", "B", "paired", "A − B", "95% CI", "p bootstrap", "p randomisation"],
+                        rows))
+    if left:
+        out += _note("left out of the paired tests: " + "; ".join(left))
+    return out
 
 
 def section_correlation(runs: Runs) -> str:
@@ -454,6 +517,10 @@ def _scatter(c: CorrelateRun) -> str:
         if x is not None and y is not None:
             groups[(str(it.get("metric")), str(it.get("backbone") or ""))].append((x, y))
     keys = list(groups)[:MAX_SCATTER_PANELS]
+    if not keys or not plots_available():
+        return ""
+    if not all(plottable(v for xy in groups[k] for v in xy) for k in keys):
+        return _note("no scatter plot: the scores span more than 64-bit floats can lay out (values near ±1e308)")
     cols = min(3, len(keys))
     nrows = math.ceil(len(keys) / cols)
     fig = figure(3.6 * cols, 3.2 * nrows)
@@ -484,48 +551,47 @@ def section_training(runs: Runs) -> str:
         title = " · ".join(str(x) for x in (card.get("recipe"), card.get("base_model"), card.get("data")) if x)
         out.append(f"<h3>{esc(t.log_path.parent.name)}</h3>" + (f"<p>{esc(title)}</p>" if title else ""))
         keys = [k for k in dict.fromkeys(k for e in t.steps for k in e)
-                if k not in ("step", "sec", "lr") and any(finite(e.get(k)) is not None for e in t.steps)]
+                if k not in ("step", "sec") and any(finite(e.get(k)) is not None for e in t.steps)]
+        keys = [k for k in keys if k != "lr"] + [k for k in keys if k == "lr"]  # the learning rate last
         ev_keys = [k for k in dict.fromkeys(k for e in t.evals for k in e)
                    if k != "step" and any(finite(e.get(k)) is not None for e in t.evals)]
-        panels = int(bool(keys)) + int(any("lr" in e for e in t.steps)) + int(bool(ev_keys))
-        if not panels:
+        series = [(k, "training", t.steps) for k in keys] + [(k, "evaluation", t.evals) for k in ev_keys]
+        if not series:
             out.append(_note("the log has no numeric entries yet"))
             continue
-        fig = figure(4.2 * panels, 3.4)
-        axes = list(fig.subplots(1, panels, squeeze=False).flat)
-        if keys:
-            ax = axes.pop(0)
-            for i, k in enumerate(keys):
-                pts = [(e["step"], finite(e.get(k))) for e in t.steps if finite(e.get(k)) is not None]
-                ax.plot(*zip(*pts), marker="." if len(pts) < 50 else None, color=PALETTE[i % len(PALETTE)],
-                        label=_label(k))
-            ax.set_xlabel("step")
-            ax.set_title("training loss", fontsize=10)
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3)
-        if any("lr" in e for e in t.steps):
-            ax = axes.pop(0)
-            pts = [(e["step"], finite(e.get("lr"))) for e in t.steps if finite(e.get("lr")) is not None]
-            ax.plot(*zip(*pts), color="black")
-            ax.set_xlabel("step")
-            ax.set_title("learning rate", fontsize=10)
-            ax.grid(alpha=0.3)
-        if ev_keys:
-            ax = axes.pop(0)
-            for i, k in enumerate(ev_keys):
-                pts = [(e["step"], finite(e.get(k))) for e in t.evals if finite(e.get(k)) is not None]
-                ax.plot(*zip(*pts), marker="o", color=PALETTE[i % len(PALETTE)], label=_label(k))
-            ax.set_xlabel("step")
-            ax.set_title("evaluation", fontsize=10)
-            ax.legend(fontsize=8)
-            ax.grid(alpha=0.3)
-        out.append(img(fig, "training curves"))
+        if plots_available():
+            out.append(_training_plot(series))
         if t.evals:
             first, last = t.evals[0], t.evals[-1]
             out.append(table(["evaluation", f"step {first['step']}", f"step {last['step']}"],
                              [[k, first.get(k), last.get(k)] for k in ev_keys]))
         out.append(_src(t.log_path))
     return "".join(out)
+
+
+def _training_plot(series: list[tuple[str, str, list[dict]]]) -> str:
+    """One panel per logged quantity (loss, each loss term, gradient norm, learning rate, each evaluation):
+    on a shared axis the largest of them would flatten the others."""
+    shown = series[:MAX_TRAINING_PANELS]
+    cols = min(4, len(shown))
+    nrows = math.ceil(len(shown) / cols)
+    fig = figure(3.4 * cols, 2.8 * nrows)
+    axes = list(fig.subplots(nrows, cols, squeeze=False).flat)
+    for ax, (key, group, entries) in zip(axes, shown):
+        pts = [(e["step"], finite(e.get(key))) for e in entries if finite(e.get(key)) is not None]
+        if not plottable(y for _, y in pts):
+            ax.set_title(_label(f"{key}: values too large to plot", 40), fontsize=9)
+            continue
+        ax.plot(*zip(*pts), marker="o" if group == "evaluation" or len(pts) < 50 else None,
+                color="black" if key == "lr" else PALETTE[0 if group == "training" else 1])
+        ax.set_title(_label(key if group != "evaluation" else f"eval: {key}", 40), fontsize=9)
+        ax.set_xlabel("step")
+        whole_numbers(ax.xaxis)
+        ax.grid(alpha=0.3)
+    for ax in axes[len(shown):]:
+        ax.set_visible(False)
+    note = "" if len(series) <= MAX_TRAINING_PANELS else f" (first {MAX_TRAINING_PANELS} of {len(series)} shown)"
+    return img(fig, "training curves, one panel per quantity" + note)
 
 
 def section_explain(runs: Runs) -> str:
@@ -575,6 +641,8 @@ def render(runs: Runs, *, title: str = "capscore report") -> str:
     present = [(sid, head, fn) for sid, head, fn, has in SECTIONS if has(runs)]
     nav = "".join(f'<a href="#{sid}">{esc(head)}</a>' for sid, head, _ in present)
     body = "".join(f'<section id="{sid}"><h2>{esc(head)}</h2>{fn(runs)}</section>\n' for sid, head, fn in present)
+    if not plots_available():
+        body = _note(NO_PLOTS) + body
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     inputs = ", ".join(f"<code>{esc(p)}</code>" for p in runs.inputs)
     csp = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"

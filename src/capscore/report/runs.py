@@ -356,9 +356,10 @@ def _summary_rows(f: Path, reader: _Reader) -> list[Path]:
         found = _row_files_in(f.parent)
     else:
         base = f.with_name(f.name[: -len(".summary.json")])
-        if base.is_dir():
-            found = _row_files_in(base)
-        elif base.is_file():
+        if base.is_dir():  # score writes its rows to the file the summary is named after; shards: DIR/_summary.json
+            raise InputError(str(base), f"is a folder, but {f.name} is the summary of a rows file of that name; "
+                                        "give the rows file (or a sharded run's folder, which holds _summary.json)")
+        if base.is_file():
             found = [base]
         elif journal_path(base).is_file():
             found = [journal_path(base)]  # an unfinished Parquet / COCO run

@@ -124,7 +124,25 @@ def spice_dirs() -> list[Path]:
 
 def corenlp_dir() -> Path | None:
     """The first folder of :func:`spice_dirs` holding both CoreNLP 3.6.0 jars, or ``None``."""
-    return next((d for d in spice_dirs() if all((d / j).is_file() for j in CORENLP_JARS)), None)
+    return next((d for d in spice_dirs() if all(jar_problem(d / j) is None for j in CORENLP_JARS)), None)
+
+
+def jar_problem(path: Path) -> str | None:
+    """Why ``path`` is not a usable jar (missing, empty, not a zip archive), or ``None`` when it is one:
+    a jar is a zip file, which starts with the bytes ``PK\x03\x04`` (an empty one, ``PK\x05\x06``)."""
+    try:
+        if not path.is_file():
+            return "missing"
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+    if size == 0:
+        return "empty (0 bytes)"
+    if head not in (b"PK\x03\x04", b"PK\x05\x06"):
+        return f"not a jar (a jar is a zip archive; {size:,} bytes starting {head!r})"
+    return None
 
 
 # ------------------------------------------------------------------------------------ tokenisation

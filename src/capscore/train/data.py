@@ -72,10 +72,13 @@ def read_jsonl(path: str | Path) -> list[Example]:
     root = path.parent
     out = []
     for where, row in iter_jsonl(path):
-        if "image" not in row or not isinstance(row.get("caption"), str):
-            raise InputError(where, "needs 'image' (path) and 'caption' (string)", got=row)
+        if not isinstance(row.get("image"), str) or not row["image"] or not isinstance(row.get("caption"), str):
+            raise InputError(where, "needs 'image' (a path) and 'caption' (a string)", got=row)
+        for key in ("gen_image", "base", "detail", "gen_caption"):
+            if row.get(key) is not None and not isinstance(row[key], str):
+                raise InputError(where, f"{key!r} must be a string", got=row[key])
         tr = row.get("translations") or {}
-        if not isinstance(tr, dict):
+        if not isinstance(tr, dict) or not all(isinstance(v, str) for v in tr.values()):
             raise InputError(where, "'translations' must be an object {lang: text}", got=tr)
         pert = row.get("perturbed") or []
         by_lang: dict = {}

@@ -312,6 +312,28 @@ def _log_lines_until(log_path: Path, step: int) -> list[str]:
     return keep
 
 
+# ----------------------------------------------------------------------------- divergence
+class TrainingDiverged(CapscoreError):
+    """A run whose loss, gradient norm or weights stopped being finite; nothing of that step is saved."""
+
+
+def finite_weights(params: list[torch.Tensor]) -> bool:
+    """Whether every parameter is finite (one device sync for all of them)."""
+    if not params:
+        return True
+    return bool(torch.stack([torch.isfinite(p.detach()).all() for p in params]).all())
+
+
+def diverged(step: int, what: str, lr: float, ckpts: Path) -> TrainingDiverged:
+    """The one-line stop of a diverged run, naming the checkpoint that is kept."""
+    last = latest_checkpoint(ckpts) if ckpts.is_dir() else None
+    kept = (f"the last checkpoint (finite weights), {last}, is kept" if last is not None
+            else "no checkpoint had been saved (ckpt_every saves some along the way)")
+    return TrainingDiverged(f"training diverged at step {step}: {what} (learning rate {lr:.3g}); the run stopped "
+                            f"without saving this step and {kept}; try a lower learning rate, gradient clipping "
+                            "or smaller loss weights")
+
+
 # ----------------------------------------------------------------------------- the loop
 def train(
     backbone: Backbone,
@@ -445,12 +467,21 @@ def _train(backbone: Backbone, step_fn: StepFn, examples, cfg: TrainConfig, out,
             scaler.unscale_(optimizer)
         if cfg.grad_clip:
             totals["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip))
+        # fp16's scaler skips a step whose gradients overflowed (and lowers its scale): not a divergence
+        watched = ("loss",) if scaler is not None else ("loss", "grad_norm")
+        bad = next((k for k in watched if k in totals and not math.isfinite(totals[k])), None)
+        if bad is not None:
+            bar.close()
+            raise diverged(step + 1, f"the {bad.replace('_', ' ')} is {totals[bad]}", lr, ckpts)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if not finite_weights(params):
+            bar.close()
+            raise diverged(step + 1, "the weights are no longer finite after the update", lr, ckpts)
         if isinstance(getattr(model, "logit_scale", None), torch.nn.Parameter):
             with torch.no_grad():  # as CLIP and open_clip: temperature at most 100
                 model.logit_scale.clamp_(0, math.log(100))

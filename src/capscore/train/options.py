@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import types
 import typing
@@ -97,9 +98,14 @@ def _typed(value: Any, tp) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         raise ValueError
-    if inner is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
-            return float(value)
+    if inner is float:  # finite only: an inf learning rate or loss weight trains a model of NaNs
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:  # an integer too large for a float
+                raise ValueError from None
+            if math.isfinite(number):
+                return number
         raise ValueError
     if inner is str and isinstance(value, str):
         return value
@@ -142,11 +148,29 @@ def check_fields(obj, owner: str) -> None:
         try:
             typed = _typed(value, hints[f.name])
         except ValueError:
-            raise param_error(f.name, owner, expected, value) from None
+            raise param_error(f.name, owner, _finite(expected, value, hints[f.name]), value) from None
         ok = f.metadata.get("ok")
         if ok is not None and typed is not None and not ok(typed):
             raise param_error(f.name, owner, expected, value)
         object.__setattr__(obj, f.name, typed)
+
+
+def _finite(expected: str, value: Any, tp) -> str:
+    """``expected``, saying "finite" when ``tp`` holds floats and the value given (a number, its text, or a
+    list of them) was an infinite or NaN number."""
+    inner = _optional(tp)[0]
+    if float not in (inner, *typing.get_args(inner)):
+        return expected
+
+    def bad(v) -> bool:
+        try:
+            return not math.isfinite(float(v)) if isinstance(v, (float, str)) else False
+        except ValueError:
+            return False
+
+    values = list(value) if isinstance(value, (list, tuple)) else str(value).split(",") if isinstance(value, str) \
+        else [value]
+    return f"{expected}, and finite" if any(bad(v) for v in values) else expected
 
 
 def _from_strings(cls, owner: str, strings: Mapping[str, str], base: dict | None = None) -> Any:
@@ -165,7 +189,8 @@ def _from_strings(cls, owner: str, strings: Mapping[str, str], base: dict | None
             values[key] = _parse(raw, hints[key])
         except ValueError:
             f = next(f for f in dataclasses.fields(cls) if f.name == key)
-            raise param_error(key, owner, f.metadata.get("expected") or _describe(hints[key]), raw) from None
+            raise param_error(key, owner, _finite(f.metadata.get("expected") or _describe(hints[key]), raw, hints[key]),
+                              raw) from None
     return cls(**values)
 
 
@@ -213,6 +238,14 @@ class RecipeParams:
 
 # ----------------------------------------------------------------------------- a run
 AMP_MODES = ("auto", "bf16", "fp16", "off")
+# Bounds on sizes that would otherwise run out of memory or seem to hang before the first step:
+# a micro-batch (over all processes) of more than 65,536 examples fits no accelerator with these towers
+# (use accum for larger effective batches); synthetic training scenes are rendered in memory (~25 KB each,
+# two images per example), and every evaluation scene is drawn and scored at each evaluation.
+MAX_BATCH = 65_536
+MAX_SCENES = 100_000
+MAX_EVAL_SCENES = 10_000
+MAX_SEED = 2**32 - 1  # the data order seeds torch with seed * 1000003 + epoch, which must fit in 64 bits
 
 
 def _betas_ok(b) -> bool:
@@ -233,7 +266,8 @@ class TrainSpec:
     model: str | None = None
     data: str | None = None
     steps: int | None = option(None, "a positive whole number", positive)
-    batch_size: int | None = option(None, "a positive whole number", positive)
+    batch_size: int | None = option(None, f"a whole number in [1, {MAX_BATCH:,}] (use accum for more)",
+                                    lambda v: 1 <= v <= MAX_BATCH)
     accum: int | None = option(None, "a positive whole number", positive)
     lr: float | None = option(None, "a positive float", positive)
     warmup: int | None = option(None, "a whole number >= 0", non_negative)
@@ -242,11 +276,11 @@ class TrainSpec:
     betas: tuple[float, float] | None = option(None, "two floats in [0, 1), e.g. 0.9,0.999", _betas_ok)
     eps: float | None = option(None, "a positive float", positive)
     grad_clip: float | None = option(None, "a positive float", positive)
-    seed: int = 0
+    seed: int = option(0, f"a whole number in [0, {MAX_SEED}]", lambda v: 0 <= v <= MAX_SEED)
     amp: str = option("auto", " or ".join(map(repr, AMP_MODES)), lambda v: v in AMP_MODES)
     deterministic: bool = False
     eval_every: int = option(0, "a whole number >= 0", non_negative)
-    eval_scenes: int = option(48, "a whole number >= 0", non_negative)
+    eval_scenes: int = option(48, f"a whole number in [0, {MAX_EVAL_SCENES:,}]", lambda v: 0 <= v <= MAX_EVAL_SCENES)
     languages: tuple[str, ...] = ("de", "fr", "es", "ja")
     ckpt_every: int = option(0, "a whole number >= 0", non_negative)
     keep_checkpoints: int = option(0, "a whole number >= 0", non_negative)
@@ -259,6 +293,11 @@ class TrainSpec:
         if not isinstance(self.params, recipe.params_type):
             raise param_error("params", f"recipe {self.recipe}", f"a {recipe.params_type.__name__}", self.params)
         check_fields(self, f"recipe {self.recipe}")
+        if self.data is not None and self.data.startswith("scenes:"):
+            n = self.data.split(":", 1)[1].strip()
+            if not (n.isdecimal() and 1 <= int(n) <= MAX_SCENES):
+                raise param_error("data", f"recipe {self.recipe}",
+                                  f"scenes:N with N in [1, {MAX_SCENES:,}], or a JSONL file", self.data)
 
     @staticmethod
     def parse_options(recipe: str, strings: Mapping[str, str]) -> dict:
@@ -272,8 +311,8 @@ class TrainSpec:
                 out[key] = _parse(raw, hints[key])
             except ValueError:
                 f = next(f for f in dataclasses.fields(TrainSpec) if f.name == key)
-                raise param_error(key, f"recipe {recipe}", f.metadata.get("expected") or _describe(hints[key]),
-                                  raw) from None
+                expected = _finite(f.metadata.get("expected") or _describe(hints[key]), raw, hints[key])
+                raise param_error(key, f"recipe {recipe}", expected, raw) from None
         return out
 
     def with_params(self, strings: Mapping[str, str]) -> TrainSpec:
@@ -336,8 +375,11 @@ def _spec_from_table(recipe: str, table: Mapping, where: str) -> TrainSpec:
     for key, t in (("train", train), ("params", params)):
         if not isinstance(t, Mapping):
             raise CapscoreError(f"{where}: {key!r} must be a table; got {short_repr(t)}")
-    p = get_recipe(recipe).params_type.from_values(params, f"{where}.params")
-    return _from_values(TrainSpec, f"recipe {recipe}", train, f"{where}.train", recipe=recipe, params=p)
+    try:
+        p = get_recipe(recipe).params_type.from_values(params, f"{where}.params")
+        return _from_values(TrainSpec, f"recipe {recipe}", train, f"{where}.train", recipe=recipe, params=p)
+    except CapscoreError as e:  # a bad value: name the file and table it is in
+        raise e if str(e).startswith(where) else CapscoreError(f"{where}: {e}") from None
 
 
 def load_recipe_file(path: str | Path) -> tuple[str, list[Stage]]:
@@ -376,29 +418,54 @@ def load_recipe_file(path: str | Path) -> tuple[str, list[Stage]]:
                                                    str(path)))]
     if "train" in doc or "params" in doc:
         raise CapscoreError(f"{path}: give either [train]/[params] (one run) or [[stage]] tables, not both")
+    tables = doc["stage"]
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, Mapping) for t in tables):
+        raise CapscoreError(f"{path}: 'stage' must be one or more [[stage]] tables; got {short_repr(tables)}")
     stages: list[Stage] = []
-    for i, table in enumerate(doc["stage"], 1):
+    for i, table in enumerate(tables, 1):
         where = f"{path}: stage {i}"
-        name = table.get("name") if isinstance(table, Mapping) else None
-        if not isinstance(name, str) or not name or "/" in name or name in {s.name for s in stages}:
-            raise CapscoreError(f"{where}: needs a unique name = \"...\" (its output sub-folder)")
+        name = table.get("name")
+        if not isinstance(name, str) or not STAGE_NAME.fullmatch(name) or name in {s.name for s in stages}:
+            raise CapscoreError(f"{where}: needs a unique name = \"...\" (its output sub-folder: letters, digits, "
+                                f"'.', '_' or '-', not starting with '.' or '-'); got {short_repr(name)}")
         stages.append(Stage(name, _spec_from_table(recipe, table, f"{path}: stage {name!r}")))
         earlier = {s.name for s in stages[:-1]}
-        for ref in _references(stages[-1].spec.model):
+        for ref in _references(stages[-1].spec.model, f"{path}: stage {name!r}.train.model"):
             if ref not in earlier:
                 raise CapscoreError(f"{where}: model names {{{ref}}}, which is not an earlier stage "
                                     f"({', '.join(sorted(earlier)) or 'none'})")
     return recipe, stages
 
 
-def _references(model: str | None) -> list[str]:
+#: A stage's name is its output sub-folder: a plain file name, so that no stage writes outside ``--out``.
+STAGE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
+
+
+def _references(model: str | None, where: str = "model") -> list[str]:
+    """The stage names a model spec refers to as ``{NAME}`` (``{{``/``}}`` are literal braces)."""
     import string
 
-    return [name for _, name, _, _ in string.Formatter().parse(model or "") if name]
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(model or "")
+                  if name is not None]
+    except ValueError as e:  # an unclosed or single brace
+        raise CapscoreError(f"{where}: {short_repr(model)}: {e}; {{NAME}} names an earlier stage's output folder "
+                            "and a literal brace is written twice ({{ or }})") from None
+    for name, spec, conv in fields:
+        if not STAGE_NAME.fullmatch(name) or spec or conv:
+            raise CapscoreError(f"{where}: {short_repr(model)}: {{{name}{'!' + conv if conv else ''}"
+                                f"{':' + spec if spec else ''}}} is not a stage reference; {{NAME}} names an "
+                                "earlier stage's output folder and a literal brace is written twice ({{ or }})")
+    return [name for name, _, _ in fields]
 
 
 def stage_model(model: str | None, folders: Mapping[str, Path]) -> str | None:
-    """``model`` with each ``{NAME}`` replaced by the output folder of stage NAME."""
-    if model is None or not _references(model):
+    """``model`` with each ``{NAME}`` replaced by the output folder of stage NAME (``{{``/``}}``: a brace)."""
+    refs = _references(model)
+    if model is None or not refs:
         return model
+    unknown = [r for r in refs if r not in folders]
+    if unknown:
+        raise CapscoreError(f"model {short_repr(model)}: {{{unknown[0]}}} is not a stage of this run "
+                            f"({', '.join(sorted(k for k in folders if k)) or 'none'})")
     return model.format(**{k: str(v) for k, v in folders.items()})

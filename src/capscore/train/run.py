@@ -104,6 +104,9 @@ def run_spec(spec: TrainSpec, out: str | Path, *, device: str = "cpu", dtype: st
             print(f"capscore: note: {notes[-1]}", file=sys.stderr)
         D.check_fields(examples, recipe.needs, recipe.name)
     cfg = train_config(spec, device=device)
+    if examples is not None and cfg.batch_size > len(examples):  # refused, not clamped: it sets the run's schedule
+        raise CapscoreError(f"batch_size {cfg.batch_size} is larger than the {len(examples)} training examples of "
+                            f"{data_name}; give a batch size of at most {len(examples)} (or more data)")
     bb = load_backbone(model_spec, device=device, dtype=dtype, seed=spec.seed)
     state = recipe.prepare(bb, params)
     if recipe.data is not None:
@@ -136,10 +139,11 @@ def stage_folders(stages: Sequence[Stage], out: str | Path) -> dict[str, Path]:
 
 
 def resolve_stages(stages: Sequence[Stage], out: str | Path) -> list[tuple[Stage, Path]]:
-    """Each stage with ``{NAME}`` in its model replaced by stage NAME's output folder, and its own folder."""
+    """Each stage with ``{NAME}`` in its model replaced by stage NAME's output folder, and its own folder.
+    The model of a one-run file or of ``--model`` alone is taken as written (braces and all)."""
     folders = stage_folders(stages, out)
-    return [(Stage(s.name, s.spec.replace(model=stage_model(s.spec.model, folders))), folders[s.name])
-            for s in stages]
+    return [(Stage(s.name, s.spec.replace(model=stage_model(s.spec.model, folders))) if s.name else s,
+             folders[s.name]) for s in stages]
 
 
 def _start_arch(model_spec: str) -> str | None:
