@@ -3,9 +3,10 @@
 One-line use (details in docs/api.md)::
 
     import capscore
-    capscore.score(["a.jpg", "b.jpg"], ["a dog on a sofa", "two cats"])            # CLIP-S, scenes-tiny
-    capscore.score(imgs, caps, refs, model="ViT-B-32/openai", metric="refclip-s", as_frame=True)
+    capscore.score(["a.jpg", "b.jpg"], ["a dog on a sofa", "two cats"])     # CLIP-S with ViT-B-32/openai
+    capscore.score(imgs, caps, refs, model="scenes-tiny", metric="refclip-s", as_frame=True)  # offline
     capscore.score_frame(df, "image", "caption", refs_col="refs")
+    capscore.score_batch(encoder, "clip-s", pixels, captions)  # the tensor-level core: Values
 
 ``import capscore`` is light: the API and its dependencies (torch, open_clip)
 are imported on first use.
@@ -19,7 +20,7 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__", "score", "score_frame"]
+__all__ = ["__version__", "score", "score_batch", "score_frame"]
 
 
 def __getattr__(name: str):
@@ -27,8 +28,12 @@ def __getattr__(name: str):
         from capscore import api
 
         return getattr(api, name)
+    if name == "score_batch":
+        from capscore.scores.functional import score_batch
+
+        return score_batch
     raise AttributeError(f"module 'capscore' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + ["score", "score_frame"])
+    return sorted(list(globals()) + ["score", "score_batch", "score_frame"])

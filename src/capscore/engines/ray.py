@@ -580,7 +580,6 @@ def _run_locked(job, ray: RayOptions, out: Path, source) -> int:
 
     from capscore.backbones import load_backbone
     from capscore.pipeline import check_fit, columns_for, write_json
-    from capscore.scores.clipscore import resolve_prefix
     from capscore.scores.metric import get_metric
     from PIL import Image
 
@@ -593,7 +592,7 @@ def _run_locked(job, ray: RayOptions, out: Path, source) -> int:
         if "corpus" in m.needs("image"):  # its statistics come from the whole evaluated set, not one block
             raise CapscoreError(f"metric {name} needs statistics over the whole evaluated set, which the Ray "
                                 "engine (block by block) does not have; score it with the local engine")
-    prefixes = {n: resolve_prefix(m, job.prefix) for n, m in metrics.items()}
+    prefixes = {n: m.prefix_for("image", job.prefix) for n, m in metrics.items()}
     options = {n: ({"abe": dict(job.options["abe"])} if n == "abe" and job.options.get("abe") else {})
                for n in metrics}
     columns = columns_for("image", metrics.values())
