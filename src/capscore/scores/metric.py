@@ -1,21 +1,24 @@
-"""The one Metric protocol and the one registry every face (CLI, API, torchmetrics, report) reads.
+"""The one Metric protocol and the one registry every face (CLI, API, torchmetrics, probes, report) reads.
 
-A metric is a row: its name, what it needs from the encoder, its default
-prefix, its score range, its citation, and a ``compute`` that turns an
-:class:`EmbeddingBatch` (validated records of one medium plus lazy access to
-their embeddings) into one value per item. Metrics never own models; the
-pipeline (:mod:`capscore.pipeline`) hands them a batch whose vectors come from
-the one encoder and cache of that backbone.
+A metric is a row (:class:`Metric`) holding everything capscore knows about it, once: its name, its
+citation, the formula for each medium it scores, what the formula needs from the encoder, its
+prefix on each medium (:meth:`Metric.prefix_for`), its score range, the backbone its paper used,
+and its published constants (``Metric.w``, ``Metric.clamp``, read from its formula). A formula's
+``compute`` turns an :class:`EmbeddingBatch` (records of one medium plus lazy access to their
+embeddings) into one value per item. Metrics never own models; the faces hand them a batch whose
+vectors come from the one encoder and cache of that backbone, through
+:mod:`capscore.scores.functional` (``score_batch``, ``compute_values``) or, for the probes' pairs,
+:mod:`capscore.scores.pairs`.
 
-A metric may score images, videos or both (CLIP-S on a video is CLIP-S on the
-mean frame; PAC-S on a video is the EMScore-style PAC-S of the paper's §4.3):
-``image`` and ``video`` hold the formula for each medium, ``None`` where the
-metric does not apply.
+A metric may score images, videos or both (CLIP-S on a video is CLIP-S on the mean frame; PAC-S on a
+video is the EMScore-style PAC-S of the paper's §4.3): ``image`` and ``video`` hold the formula for
+each medium, ``None`` where the metric does not apply.
 
-Adding a metric is one formula (a class with ``needs`` and ``compute``) plus
-one :func:`register` call in its family's module; every ``--metric`` choice
-list, ``capscore.score``, ``CaptionScore`` and the report then know it
-(tests/test_conformance.py runs each registered metric through every face).
+Adding a metric is one formula (a class with ``needs``, ``columns`` and ``compute``) plus one
+:func:`register` call in its family's module; every ``--metric`` choice list, ``capscore.score``,
+``score_batch``, ``CaptionScore``, the probes' ``--scorer`` (a reference-free image metric) and the
+report then know it (tests/test_conformance.py and tests/test_metric_registry.py run each registered
+metric through every face).
 """
 from __future__ import annotations
 
