@@ -36,6 +36,7 @@ from capscore.errors import CapscoreError, InputError, OptionError
 from capscore.scores.functional import compute_values
 from capscore.scores.metric import DEFAULT_MODEL as DEFAULT_MODEL  # the default --model of every face
 from capscore.scores.metric import Metric, get_metric
+
 IMAGE_COLUMNS = ("id", "image", "caption", "system", "model", "metric", "score", "error")
 VIDEO_BASE = ("id", "video", "caption", "system", "model", "metric", "score")
 

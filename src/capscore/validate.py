@@ -165,24 +165,25 @@ def pixels_to_pil(x, where: str = "image"):
     layout = "(C, H, W)" if torch_layout else "(H, W, C)"
     kind = "torch tensor" if torch_layout else "numpy array"
     if arr.ndim == 3:
-        if torch_layout:
-            if arr.shape[0] not in (1, 3):
-                hint = " (it looks channels-last: use x.permute(2, 0, 1))" if arr.shape[-1] in (1, 3, 4) else ""
-                raise CapscoreError(f"{where}: a {kind} image must be {layout} with C = 1 or 3; "
-                                    f"got shape {tuple(arr.shape)}{hint}")
-            arr = arr.transpose(1, 2, 0)
-        elif arr.shape[-1] not in (1, 3, 4):
+        if torch_layout and arr.shape[0] not in (1, 3):
+            hint = " (it looks channels-last: use x.permute(2, 0, 1))" if arr.shape[-1] in (1, 3, 4) else ""
+            raise CapscoreError(f"{where}: a {kind} image must be {layout} with C = 1 or 3; "
+                                f"got shape {tuple(arr.shape)}{hint}")
+        if not torch_layout and arr.shape[-1] not in (1, 3, 4):
             hint = " (it looks channels-first: use x.transpose(1, 2, 0))" if arr.shape[0] in (1, 3) else ""
             raise CapscoreError(f"{where}: a {kind} image must be {layout} with C = 1, 3 or 4; "
                                 f"got shape {tuple(arr.shape)}{hint}")
-        if arr.shape[-1] == 1:
-            arr = arr[..., 0]
     elif arr.ndim != 2:
         raise CapscoreError(f"{where}: a {kind} image must be {layout} or (H, W); got shape {tuple(arr.shape)}")
     if np.issubdtype(arr.dtype, np.floating):
         arr = np.round(arr.astype(np.float64) * 255).astype(np.uint8)
     elif arr.dtype != np.uint8:
         raise CapscoreError(f"{where}: image dtype must be uint8 (0-255) or float in [0, 1]; got {arr.dtype}")
+    if arr.ndim == 3 and torch_layout:  # one plane per channel: no strided (C, H, W) -> (H, W, C) copy
+        planes = [Image.fromarray(np.ascontiguousarray(c)) for c in arr]
+        return planes[0].convert("RGB") if len(planes) == 1 else Image.merge("RGB", planes)
+    if arr.ndim == 3 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
     return Image.fromarray(np.ascontiguousarray(arr)).convert("RGB")
 
 
