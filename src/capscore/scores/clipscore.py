@@ -118,9 +118,9 @@ class GlobalCosine:
         img, txt = batch.images(), batch.texts()
         if not self.refs:
             return Values(self.formula(img, txt).tolist())
-        refs, mask = batch.refs()
-        parts = {k: v.tolist() for k, v in self.components(img, txt, refs, mask).items()}
-        return Values(self.formula(img, txt, refs, mask).tolist(), parts)
+        parts = self.components(img, txt, *batch.refs())
+        return Values(harmonic_mean(parts["image_score"], parts["ref_score"]).tolist(),
+                      {k: v.tolist() for k, v in parts.items()})
 
 
 COMPONENTS = ("image_score", "ref_score")  # extra row columns of RefCLIP-S / RefPAC-S (clipscore.py reports both)
