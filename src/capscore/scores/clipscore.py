@@ -33,11 +33,6 @@ if TYPE_CHECKING:  # torch is imported where a formula runs: the registry's name
 CLIPSCORE_PREFIX = "A photo depicts "  # prepended to candidates and references by clipscore and pacscore
 
 
-def add_prefix(prefix: str, texts) -> list[str]:
-    """``prefix + text`` for each text (candidates and references alike, as clipscore.py does)."""
-    return [prefix + t for t in texts]
-
-
 def cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Row-wise cosine of normalised (N, D) tensors -> (N,)."""
     return (a * b).sum(-1)
