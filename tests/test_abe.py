@@ -199,7 +199,7 @@ def test_ablation_switches(tiny_backbone, make_images):
     imgs = make_images(2)
     caps = ["a yellow cylinder and a red cube", "a green vintage car"]
     enc = Encoder(tiny_backbone)
-    glob = cosine_pairs(enc, imgs, caps)
+    glob = cosine_pairs(enc, imgs, caps).float()  # pair scorers return float64
     assert torch.allclose(make_abe_scorer(omega=1.0)(enc, imgs, caps), glob, atol=1e-6)
     local = abe_components(enc, imgs, caps, config=AbeConfig(refine=False))
     assert torch.allclose(local.final, 0.7 * local.base + 0.3 * glob, atol=1e-6)
@@ -265,10 +265,14 @@ def test_option_and_input_errors(tiny_backbone, make_images):
         AbeConfig(omega=1.5)
     with pytest.raises(CapscoreError, match="did you mean 'full'"):
         make_abe_scorer(ablation="ful")
-    s = get_pair_scorer("abe", k=3, ablation="local")
-    assert s.config.k == 3 and s.config.refine is False
+    with pytest.raises(CapscoreError, match="did you mean 'omega'"):
+        get_pair_scorer("abe", omeg=0.3)  # checked when the scorer is made, before any pair is scored
     enc = Encoder(tiny_backbone)
     img = make_images(1)
+    local = AbeConfig(k=3, refine=False, binding_difference=False)  # the "local" preset with K = 3
+    got = get_pair_scorer("abe", k=3, ablation="local")(enc, img, ["a yellow cylinder and a red cube"])
+    assert got.tolist() == pytest.approx(abe_scores(enc, img, ["a yellow cylinder and a red cube"],
+                                                    config=local).tolist(), abs=1e-7)
     with pytest.raises(CapscoreError, match="1 images and 2 texts"):
         abe_scores(enc, img, ["a", "b"])
     with pytest.raises(CapscoreError, match="text #0: empty caption"):

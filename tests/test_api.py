@@ -144,3 +144,64 @@ def test_score_frame_adds_columns_in_row_order(pixels):
     assert {"image_score", "ref_score"} <= set(out.columns)
     with pytest.raises(CapscoreError, match="no column 'caption'"):
         capscore.score_frame(df, "img", "caption", model=MODEL)
+
+
+def test_cosine_metric_is_the_plain_cosine_by_hand(ref_model, pixels):
+    """The registered ``cosine``: cos(image, caption) with no weight, no clamp and no prefix."""
+    pils = [Image.fromarray(a) for a in pixels]
+    im, tx = ref_vectors(ref_model, pils, CAPS)
+    got = capscore.score(pixels, CAPS, model=MODEL, metric="cosine")
+    np.testing.assert_allclose(got, (im * tx).sum(-1).numpy(), atol=2e-5)
+
+
+def test_score_batch_on_a_tensor_batch_by_hand(ref_model, pixels):
+    """capscore.score_batch: the tensor-level core on an (N, C, H, W) uint8 batch, CLIP-S by hand."""
+    from capscore.api import get_encoder
+
+    pils = [Image.fromarray(a) for a in pixels]
+    im, tx = ref_vectors(ref_model, pils, [PREFIX + c for c in CAPS])
+    values = capscore.score_batch(get_encoder(MODEL), "clip-s", torch.from_numpy(pixels).permute(0, 3, 1, 2), CAPS)
+    np.testing.assert_allclose(values.scores, 2.5 * np.maximum((im * tx).sum(-1).numpy(), 0), atol=2e-5)
+    assert values.parts == {}
+
+
+def test_score_batch_checks_its_arguments_once_and_names_items(pixels):
+    from capscore.api import get_encoder
+    from capscore.errors import InputError
+
+    enc = get_encoder(MODEL)
+    with pytest.raises(CapscoreError, match="'captions' parameter of capscore.score_batch"):
+        capscore.score_batch(enc, "clip-s", pixels, CAPS[:2])
+    with pytest.raises(CapscoreError, match="did you mean 'clip-s'"):
+        capscore.score_batch(enc, "clip-z", pixels, CAPS)
+    with pytest.raises(CapscoreError, match="does not score images"):
+        capscore.score_batch(enc, "emscore", pixels, CAPS)
+    with pytest.raises(CapscoreError, match="'prefix' parameter of capscore.score_batch"):
+        capscore.score_batch(enc, "clip-s", pixels, CAPS, prefix=3)
+    with pytest.raises(InputError, match=r"^images\[1\]: float image contains NaN"):
+        capscore.score_batch(enc, "clip-s", [pixels[0], np.full((8, 8, 3), np.nan)], CAPS[:2])
+    with pytest.raises(InputError, match=r"^captions\[1\]: empty caption"):
+        capscore.score_batch(enc, "clip-s", pixels[:2], ["a dog", " "])
+    with pytest.raises(InputError, match=r"^captions\[0\]: refclip-s needs references"):
+        capscore.score_batch(enc, "refclip-s", pixels[:1], ["a dog"], [[]])
+
+
+def test_score_frame_nan_refs_cell_names_its_row_or_becomes_an_error_row(pixels):
+    """A missing references cell (NaN, as pandas stores it) is one line naming the row and column; with
+    skip_bad that row gets an error and the other rows their own scores."""
+    from capscore.errors import InputError
+
+    df = pd.DataFrame({"img": list(pixels), "text": CAPS, "refs": [["r one"], float("nan"), ["r three"]]},
+                      index=["a", "b", "c"])
+    with pytest.raises(InputError, match=r"^row 1 \(index 'b'\), column 'refs': references are NaN") as e:
+        capscore.score_frame(df, "img", "text", "refs", model=MODEL, metric="refclip-s")
+    assert "\n" not in str(e.value)
+    with pytest.raises(InputError, match=r"^refs\[1\]: references are NaN"):
+        capscore.score(list(pixels), CAPS, list(df["refs"]), model=MODEL, metric="refclip-s")
+    out = capscore.score_frame(df, "img", "text", "refs", model=MODEL, metric="refclip-s", skip_bad=True)
+    assert out["score"].isna().tolist() == [False, True, False]
+    assert out["error"].isna().tolist() == [True, False, True]
+    assert out["error"]["b"].startswith("row 1 (index 'b'), column 'refs': references are NaN")
+    good = capscore.score([pixels[0], pixels[2]], [CAPS[0], CAPS[2]], [["r one"], ["r three"]], model=MODEL,
+                          metric="refclip-s")
+    np.testing.assert_allclose(out["score"][["a", "c"]], good, atol=1e-6)

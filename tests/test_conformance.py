@@ -14,7 +14,7 @@ from PIL import Image
 
 from capscore.backbones import ADAPTERS, load_backbone
 from capscore.embed import Encoder
-from capscore.scores import METRICS, MetricSpec
+from capscore.scores import METRICS, GlobalCosine, metric_names
 
 TEXTS = ["a dog", "a red cube left of a blue circle", "a dog", "x"]
 
@@ -119,16 +119,21 @@ def test_backbone_contract(family, specs, images):
         assert f.vectors.shape == (len(f.ids), bb.embed_dim) and torch.allclose(f.global_, t[0], atol=1e-5)
 
 
-CLIP_FAMILY = sorted(n for n, m in METRICS.items() if isinstance(m.image, MetricSpec))
+CLIP_FAMILY = sorted(n for n, m in METRICS.items() if isinstance(m.image, GlobalCosine))
 
 
 def test_clip_family_rows_are_the_paper_weights():
-    assert CLIP_FAMILY == ["clip-s", "mcs", "pac-s", "refclip-s", "refpac-s"]
+    assert CLIP_FAMILY == ["clip-s", "cosine", "mcs", "pac-s", "refclip-s", "refpac-s"]
+    # Hessel et al. eq. 1 (w = 2.5), PAC-S (w = 2), PR-MCS §3.1 (w = 2.5); the cosine is unweighted, unclamped
+    assert {n: (METRICS[n].w, METRICS[n].clamp) for n in CLIP_FAMILY} == {
+        "clip-s": (2.5, True), "refclip-s": (2.5, True), "pac-s": (2.0, True), "refpac-s": (2.0, True),
+        "mcs": (2.5, True), "cosine": (1.0, False)}
 
 
 @pytest.mark.parametrize("name", CLIP_FAMILY)
 def test_metric_contract(name):
-    """Every CLIPScore-family formula: in [0, w], 0 for opposite vectors, w·cos for the reference-free ones."""
+    """Every CLIPScore-family formula: in [0, w], 0 for opposite vectors, w·cos for the reference-free ones;
+    the unclamped cosine: exactly cos, in [-1, 1]."""
     m = METRICS[name].image
     torch.manual_seed(0)
     img = torch.nn.functional.normalize(torch.randn(16, 8), dim=-1)
@@ -136,9 +141,38 @@ def test_metric_contract(name):
     refs = torch.nn.functional.normalize(torch.randn(16, 3, 8), dim=-1)
     mask = torch.ones(16, 3, dtype=torch.bool)
     s = m.formula(img, txt, refs, mask)
+    cos = (img * txt).sum(-1)
+    if not m.clamp:
+        assert torch.equal(s, cos) and (cos < 0).any()  # negative cosines stay negative
+        return
     assert s.shape == (16,) and (s >= 0).all() and (s <= m.w + 1e-6).all()
     opposite = m.formula(img, -img, -img.unsqueeze(1), torch.ones(16, 1, dtype=torch.bool))
     assert torch.equal(opposite, torch.zeros(16))
-    if not m.needs_refs:
-        cos = (img * txt).sum(-1).clamp(min=0)
-        assert torch.allclose(s, m.w * cos)
+    if not m.refs:
+        assert torch.allclose(s, m.w * cos.clamp(min=0))
+
+
+@pytest.mark.parametrize("name", metric_names("image"))
+def test_every_image_metric_through_score_batch(name, images, tiny_backbone):
+    """The tensor-level core (score_batch), capscore.score and, for a reference-free metric, its pair
+    scorer (what the probes call) give the same numbers and columns for every registered image metric."""
+    import capscore
+    from capscore.meta.reproduce import missing_tools
+    from capscore.scores.pairs import get_pair_scorer, pair_scorer_names
+
+    if missing_tools(name):  # the classic metrics: pycocoevalcap, Java, CoreNLP (SPICE)
+        pytest.skip(missing_tools(name))
+    caps = ["a red cube left of a blue circle", "a dog", "two green cubes"]
+    refs = [["a red cube", "a blue circle"], ["a dog on grass"], ["green cubes", "two cubes"]]
+    enc = Encoder(tiny_backbone)
+    got = _quiet(capscore.score_batch, enc, name, images, caps, refs)
+    frame = _quiet(capscore.score, images, caps, refs, model=tiny_backbone, metric=name, as_frame=True)
+    np.testing.assert_allclose(got.scores, frame["score"].to_numpy(float), atol=1e-6)
+    assert set(got.parts) == set(METRICS[name].columns("image"))
+    for column, values in got.parts.items():
+        np.testing.assert_allclose(values, frame[column].to_numpy(float), atol=1e-6)
+    if name in pair_scorer_names():
+        pairs = get_pair_scorer(name)(Encoder(tiny_backbone), images, caps)
+        np.testing.assert_allclose(pairs.numpy(), got.scores, atol=1e-6)
+    else:
+        assert METRICS[name].needs_refs  # only a reference-based metric has no pair form

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from capscore.embed import EmbeddingCache, Encoder
+from capscore.scores.abe_phrases import phrase_features
 
 TEXTS = ["a red cube", "cube", "green vintage car", "a man riding a horse on the beach near the blue water",
          "dog", "a small red ball and a large blue box"] + [f"red thing {i}" for i in range(30)]
@@ -147,7 +148,7 @@ def test_spacy_parses_cached_by_text(monkeypatch):
     assert [(p.object.text, [a.text for a in p.attributes]) for p in again[2]] == [("bus", ["yellow"])]
 
 
-# ---------------------------------------------------------------- words in context (ABE's phrase features)
+# ---------------------------------------------------------------- ABE's phrase features (packed)
 WORDS = [("", "ball"), ("", "box"), ("red", "ball"), ("red", "box"), ("green vintage", "car"), ("red", "sphere"),
          ("small red and blue", "cube"), ("café", "table"), ("r&amp;b", "song"), ("a very long prefix " * 3, "dog"),
          ("red", "ball")]  # repeated on purpose
@@ -164,11 +165,10 @@ def _word_by_hand(bb, prefix, word):
 @pytest.mark.parametrize("row_tokens", [4, 12, 64])
 def test_packed_words_equal_each_phrase_encoded_alone(tiny_backbone, monkeypatch, row_tokens):
     enc = Encoder(tiny_backbone)
-    enc.packed_row_tokens = row_tokens  # 4 and 12 split prefixes over rows
     rows = []
     real = tiny_backbone.forward_packed_texts
     monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda ids, *a: rows.append(ids) or real(ids, *a))
-    got = enc.words_in_context(WORDS)
+    got = phrase_features(enc, WORDS, row_tokens=row_tokens)  # 4 and 12 split prefixes over rows
     assert len(got) == len(WORDS)
     for (prefix, word), v in zip(WORDS, got):
         assert (v - _word_by_hand(tiny_backbone, prefix, word)).abs().max() <= 1e-6, (prefix, word)
@@ -185,7 +185,7 @@ def test_packed_prefixes_share_their_leading_tokens(tiny_backbone, monkeypatch):
     rows = []
     real = tiny_backbone.forward_packed_texts
     monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda ids, *a: rows.append(ids) or real(ids, *a))
-    got = Encoder(tiny_backbone).words_in_context(items)
+    got = phrase_features(Encoder(tiny_backbone), items)
     for (prefix, word), v in zip(items, got):
         assert (v - _word_by_hand(tiny_backbone, prefix, word)).abs().max() <= 1e-6, (prefix, word)
     inner = lambda s: tiny_backbone.tokenize([s])[0][1:-1]  # noqa: E731
@@ -194,17 +194,17 @@ def test_packed_prefixes_share_their_leading_tokens(tiny_backbone, monkeypatch):
         len(inner(w)) for _, w in items)  # start token + trie nodes + every word's tokens
 
 
-def test_words_in_context_without_packing_encode_whole_phrases(tiny_backbone, monkeypatch):
+def test_phrase_features_without_packing_encode_whole_phrases(tiny_backbone, monkeypatch):
     monkeypatch.setattr(tiny_backbone, "supports_packed_text", False)
     monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda *a: pytest.fail("packed without support"))
-    got = Encoder(tiny_backbone).words_in_context(WORDS)
+    got = phrase_features(Encoder(tiny_backbone), WORDS)
     for (prefix, word), v in zip(WORDS, got):
         assert (v - _word_by_hand(tiny_backbone, prefix, word)).abs().max() <= 1e-6
 
 
-def test_words_in_context_persist(tiny_backbone, tmp_path, monkeypatch):
-    cold = Encoder(tiny_backbone, cache=tmp_path / "c").words_in_context(WORDS)
+def test_phrase_features_persist(tiny_backbone, tmp_path, monkeypatch):
+    cold = phrase_features(Encoder(tiny_backbone, cache=tmp_path / "c"), WORDS)
     monkeypatch.setattr(tiny_backbone, "forward_packed_texts", lambda *a: pytest.fail("re-encoded"))
     monkeypatch.setattr(tiny_backbone, "forward_texts", lambda *a, **k: pytest.fail("re-encoded"))
-    warm = Encoder(tiny_backbone, cache=tmp_path / "c").words_in_context(WORDS)
+    warm = phrase_features(Encoder(tiny_backbone, cache=tmp_path / "c"), WORDS)
     assert all(torch.equal(a, b) for a, b in zip(cold, warm))

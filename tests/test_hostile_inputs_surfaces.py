@@ -942,8 +942,8 @@ def test_json_booleans_and_nulls_are_not_captions(world, name, content, needle):
     import capscore.backbones.openclip  # noqa: F401
 
     from capscore.data.captions import BadItem, index_images, read_captions
-    from capscore.pipeline import validate as _validate
-    from capscore.scores.clipscore import get_metric
+    from capscore.scores.functional import check_record
+    from capscore.scores.metric import get_metric
 
     p = world / f"b_{name}"
     p.write_text(content)
@@ -951,7 +951,7 @@ def test_json_booleans_and_nulls_are_not_captions(world, name, content, needle):
     if isinstance(item, BadItem):
         assert needle in item.error
     else:
-        err = _validate(item, get_metric("clip-s"))
+        err = check_record(item, get_metric("clip-s"))
         assert err is not None and needle in str(err), err
 
 

@@ -72,7 +72,8 @@ def test_relation_to_torchmetrics_clipscore(batch):
 
     from torchmetrics.multimodal.clip_score import CLIPScore
 
-    from capscore.api import get_encoder, to_image_ref
+    from capscore.api import get_encoder
+    from capscore.validate import to_image_ref
 
     enc = get_encoder(MODEL)
 
@@ -102,3 +103,23 @@ def test_relation_to_torchmetrics_clipscore(batch):
         assert ours == pytest.approx(2.5 / 100 * tm_value, abs=1e-6)
     else:
         assert ours > 2.5 / 100 * tm_value
+
+
+def test_update_scores_the_batch_without_a_run_and_checks_it_once(batch, monkeypatch):
+    """update() is the functional core on the batch: no ScoreJob, no run loop, one argument check; its mean is
+    2.5 · max(cos, 0) of the encoder's own vectors, recomputed here by hand."""
+    from capscore import pipeline, validate
+    from capscore.api import get_encoder
+
+    m = CaptionScore(MODEL, prefix="")
+    m.encoder  # loaded before the spies: the backbone, not the batch
+    calls = []
+    real = validate.check_score_args
+    monkeypatch.setattr(validate, "check_score_args", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(pipeline, "ScoreJob", lambda *a, **k: pytest.fail("a ScoreJob per batch"))
+    monkeypatch.setattr(pipeline, "iter_rows", lambda *a, **k: pytest.fail("the run loop per batch"))
+    m.update(batch, CAPS)
+    assert calls == ["CaptionScore.update"]
+    enc = get_encoder(MODEL)
+    cos = (enc.encode_images([validate.to_image_ref(t) for t in batch]) * enc.encode_texts(CAPS)).sum(-1)
+    assert float(m.compute()) == pytest.approx(float((2.5 * cos.clamp(min=0)).mean()), abs=1e-6)

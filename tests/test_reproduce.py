@@ -102,7 +102,7 @@ def _rows_runnable():
 def test_every_table_is_listed_and_well_formed():
     from capscore.meta.datasets import DATASETS
     from capscore.scores.classic import CLASSIC_METRICS
-    from capscore.scores.clipscore import get_metric
+    from capscore.scores.metric import get_metric
 
     names = R.table_names()
     assert {"pac-s-flickr8k", "pac-s-composite", "pac-s-pascal50s", "pac-s-foil", "pac-s-backbones",

@@ -48,6 +48,8 @@ def test_reference_metric_without_references_is_an_error():
 def test_metric_registry_weights_prefixes_and_did_you_mean():
     assert get_metric("clip-s").w == 2.5 and get_metric("pac-s").w == 2.0
     assert get_metric("refpac-s").needs_refs and not get_metric("mcs").needs_refs
-    assert get_metric("clip-s").default_prefix == "A photo depicts "
+    assert get_metric("clip-s").prefix_for("image") == "A photo depicts "
+    assert get_metric("clip-s").prefix_for("video") == "" and get_metric("clip-s").prefix_for("image", "") == ""
+    assert get_metric("cosine").w == 1.0 and get_metric("cosine").clamp is False and get_metric("clip-s").clamp
     with pytest.raises(CapscoreError, match="did you mean 'clip-s'"):
         get_metric("clip_s")

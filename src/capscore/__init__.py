@@ -7,6 +7,7 @@ One-line use (details in docs/api.md)::
     capscore.score(imgs, caps, refs, as_frame=True)                         # RefCLIP-S with its parts
     capscore.score(imgs, caps, model="scenes-tiny")                         # the bundled model, offline
     capscore.score_frame(df, "image", "caption", refs_col="refs")
+    capscore.score_batch(encoder, "clip-s", pixels, captions)  # the tensor-level core: Values
 
 The default model is :data:`capscore.pipeline.DEFAULT_MODEL`, ``ViT-B-32/openai`` (the backbone
 CLIP-S was published with; also ``capscore score``'s ``--model`` default); its weights come from the
@@ -25,7 +26,7 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
-__all__ = ["__version__", "score", "score_frame"]
+__all__ = ["__version__", "score", "score_batch", "score_frame"]
 
 
 def __getattr__(name: str):
@@ -33,8 +34,12 @@ def __getattr__(name: str):
         from capscore import api
 
         return getattr(api, name)
+    if name == "score_batch":
+        from capscore.scores.functional import score_batch
+
+        return score_batch
     raise AttributeError(f"module 'capscore' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + ["score", "score_frame"])
+    return sorted(list(globals()) + ["score", "score_batch", "score_frame"])

@@ -7,14 +7,15 @@
       -> RunConfig           what decides the numbers (models and backbone identities, metrics, prefixes,
                              dtype, formula options, source): recorded in the summary, compared on resume
       -> for each block of items, for each (model, metric):
-             score_block(items, encoder, metric)   validation, media checks, EmbeddingBatch, Metric.compute
+             score_block(items, encoder, metric)   scores.functional.compute_values: checks, media, Metric.compute
       -> an output           FileOutput (one file) | ShardFolder (a file per input shard)
       -> Summary             per (model, metric): count, skipped, mean, per-system means, and the
                              metric's own aggregate when it defines one
 
 Every face calls it: ``capscore score`` (images and videos), ``capscore.score`` /
-``score_frame`` and the torchmetrics ``CaptionScore`` (:func:`iter_rows`),
-correlate's scoring (:func:`score_records`). No metric is implemented twice.
+``score_frame`` (:func:`iter_rows`), correlate's scoring (:func:`score_all`); the
+torchmetrics ``CaptionScore`` scores each batch with the same core
+(:mod:`capscore.scores.functional`) without a job. No metric is implemented twice.
 
 Engines. :func:`run` takes an *executor*, which decides only where
 :func:`score_block` runs: :class:`LocalExecutor` (this process; the default)
@@ -81,9 +82,10 @@ from typing import Protocol
 from capscore.embed.factory import Encoding  # noqa: F401  (the job's Encoding: capscore.pipeline.Encoding)
 from capscore.errors import CapscoreError, InputError, OptionError
 from capscore.report.writers import write_json
-from capscore.scores.metric import EmbeddingBatch, Metric, get_metric
+from capscore.scores.functional import compute_values
+from capscore.scores.metric import DEFAULT_MODEL as DEFAULT_MODEL  # the default --model of every face
+from capscore.scores.metric import Metric, get_metric
 
-DEFAULT_MODEL = "ViT-B-32/openai"  # CLIP-S's paper backbone (Hessel et al. 2021); offline: --model scenes-tiny
 IMAGE_COLUMNS = ("id", "image", "caption", "system", "model", "metric", "score", "error")
 VIDEO_BASE = ("id", "video", "caption", "system", "model", "metric", "score")
 FLUSH_SECONDS = 5.0  # scored rows wait at most this long in memory before they are written
@@ -222,79 +224,29 @@ def columns_for(medium: str, metrics: Iterable[Metric]) -> tuple[str, ...]:
 
 
 # ------------------------------------------------------------------------------------ one block
-def validate(rec, metric: Metric) -> InputError | None:
-    """The record checks every metric shares (captions and references are non-empty strings)."""
-    where = rec.source or f"item {rec.id}"
-    if not isinstance(rec.caption, str):
-        return InputError(where, "caption is not a string", got=rec.caption)
-    if not rec.caption.strip():
-        return InputError(where, "empty caption")
-    for r in rec.refs:
-        if not isinstance(r, str) or not r.strip():
-            return InputError(where, "empty or non-string reference", got=r)
-    if metric.needs_refs and not rec.refs:
-        return InputError(where, f"{metric.name} needs references; none given")
-    return None
-
-
 def score_records(records: Sequence, encoder, metric: "str | Metric", *, medium: str = "image",
                   prefix: str | None = None, options: Mapping | None = None, skip_bad: bool = False) -> list[dict]:
     """One row per record, in order: ``id, image|video, caption, system, score, <metric's columns>, error``.
 
-    A bad caption, image or video raises :class:`InputError`, or with ``skip_bad`` becomes a row with
-    ``score=None`` and the one-line error. ``prefix`` defaults to the metric's own.
+    The values come from :func:`capscore.scores.functional.compute_values`. A bad caption, image or video
+    raises :class:`InputError`, or with ``skip_bad`` becomes a row with ``score=None`` and the one-line
+    error. ``prefix`` defaults to the metric's own (``Metric.prefix_for``).
     """
-    from capscore.scores.clipscore import resolve_prefix
-
     metric = get_metric(metric)
-    prefix = resolve_prefix(metric, prefix, medium)
-    options = dict(options or {})
-    columns = metric.columns(medium)
-    errors: dict[int, str] = {}
-    for i, rec in enumerate(records):
-        err = validate(rec, metric)
-        if err is not None:
-            if not skip_bad:
-                raise err
-            errors[i] = str(err)
-    good = [i for i in range(len(records)) if i not in errors]
-    batch = EmbeddingBatch(encoder, [], prefix, medium, options)
-    if medium == "video":
-        from capscore.scores.video import video_of
-
-        vid_err: dict[int, str] = {}  # collected even without skip_bad, so the first bad item is the one named
-        frames = encoder.encode_videos([video_of(records[i]) for i in good], sampling=options.get("sampling"),
-                                       errors=vid_err)
-        if vid_err and not skip_bad:
-            raise InputError.from_message(vid_err[min(vid_err)])
-        for j, msg in vid_err.items():
-            errors[good[j]] = msg
-        batch.frame_list = [f for j, f in enumerate(frames) if j not in vid_err]
-    else:
-        img_err: dict[int, str] | None = {} if skip_bad else None
-        # checks (and caches) every image, so one bad file becomes one error row
-        vectors = encoder.encode_images([records[i].image for i in good], errors=img_err,
-                                        patches="patches" in metric.needs(medium))  # one forward serves both
-        for j, msg in (img_err or {}).items():
-            errors[good[j]] = msg
-        keep = [j for j in range(len(good)) if good[j] not in errors]
-        batch.image_vectors = vectors if len(keep) == len(good) else vectors[keep]
-    good = [i for i in good if i not in errors]
-    batch.records = [records[i] for i in good]
-    values = metric.compute(batch) if good else None
-    by_index = {i: k for k, i in enumerate(good)}
+    errors: dict[int, str] | None = {} if skip_bad else None
+    values = compute_values(encoder, metric, records, medium=medium, prefix=metric.prefix_for(medium, prefix),
+                            options=options, errors=errors)
     rows = []
     for i, rec in enumerate(records):
-        k = by_index.get(i)
-        score = None if k is None else values.scores[k]
-        if score is not None and not math.isfinite(score):
+        score = values.scores[i]
+        if not math.isfinite(score):
             score = None
         row = _base_row(rec, medium)
         row["score"] = score
-        for c in columns:
-            v = None if score is None else values.parts.get(c, [None] * len(good))[k]
+        for c, column in values.parts.items():
+            v = None if score is None else column[i]
             row[c] = None if isinstance(v, float) and not math.isfinite(v) else v
-        row["error"] = None if score is not None else errors.get(i, "could not be scored")
+        row["error"] = None if score is not None else (errors or {}).get(i, "could not be scored")
         rows.append(row)
     return rows
 
@@ -419,8 +371,6 @@ class RunConfig:
 
     @classmethod
     def of(cls, job: ScoreJob, encoders: Mapping) -> "RunConfig":
-        from capscore.scores.clipscore import resolve_prefix
-
         metrics = tuple(job.metrics)
         options: dict = {}
         if job.medium == "video":
@@ -434,7 +384,7 @@ class RunConfig:
         source = job.source.describe()
         settings = job.source.settings() if hasattr(job.source, "settings") else source
         return cls(models=tuple(encoders), backbones=tuple(e.backbone.identity for e in encoders.values()),
-                   metrics=metrics, prefixes=tuple(resolve_prefix(get_metric(n), job.prefix, job.medium)
+                   metrics=metrics, prefixes=tuple(get_metric(n).prefix_for(job.medium, job.prefix)
                                                    for n in metrics),
                    dtype=job.encoding.dtype, options=_json(options), source=_json(source),
                    source_settings=_json(settings))

@@ -1,4 +1,5 @@
-"""Boundary checks of the Python API (``capscore.score``, ``score_frame``, ``CaptionScore.update``).
+"""Boundary checks and conversions of the Python faces (``capscore.score``, ``score_frame``, ``score_batch``,
+``CaptionScore``): each face checks its arguments here once; what lies below trusts them.
 
 Pure functions, in the scikit-learn style: a wrong *argument* raises
 :func:`~capscore.errors.param_error` ("The 'batch_size' parameter of capscore.score
@@ -6,11 +7,11 @@ must be an int >= 1; got 0 instead."), before anything is loaded or encoded.
 
 A wrong *item* (one image among many: zero-sized, NaN or inf pixels, floats
 outside [0, 1], over the decompression-bomb or aspect guard that files have,
-:func:`capscore.data.images.check_dimensions`) is an
-:class:`~capscore.errors.InputError` naming ``images[i]``: raised at the boundary
-by :func:`check_score_args`, or, with ``skip_bad=True``, left for the scorer as a
-:func:`broken_image` whose reading raises it, so the item becomes an error row
-(score ``None``) and the other items are scored.
+:func:`capscore.data.images.check_dimensions`; or references that are not a list
+of strings, such as a NaN cell of a DataFrame) is an :class:`~capscore.errors.InputError`
+naming the item (``images[i]``, ``refs[i]``, or the row of a DataFrame): raised at the
+boundary by :func:`check_score_args`, or, with ``skip_bad=True``, returned so that the
+face turns the item into an error row (score ``None``) and scores the others.
 
 Choices: an empty ``images``/``captions`` pair is valid for :func:`capscore.score`
 (it returns ``[]``) and for ``CaptionScore.update`` (a no-op: the tail batch of a
@@ -24,9 +25,9 @@ from __future__ import annotations
 import numbers
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from pathlib import Path
 
-from capscore.errors import InputError, param_error
+from capscore.errors import CapscoreError, InputError, param_error, short_repr
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -115,7 +116,7 @@ def pixel_problem(arr) -> str | None:
 
 def image_problem(x) -> str | None:
     """Why one image argument (tensor, array or PIL image) cannot be scored, or None (paths are checked
-    when read). Layout mistakes are left to :func:`capscore.api.pixels_to_pil`, which names the fix."""
+    when read). Layout and dtype mistakes are left to :func:`pixels_to_pil`, which names the fix."""
     import numpy as np
     from PIL import Image
 
@@ -140,63 +141,103 @@ def image_problem(x) -> str | None:
     return pixel_problem(arr)
 
 
-def check_image_items(images: Sequence, *, skip_bad: bool) -> None:
-    """Raise the first item problem as InputError('images[i]') unless ``skip_bad`` defers them to error rows."""
-    if skip_bad:
-        return
-    for i, x in enumerate(images):
-        problem = image_problem(x)
-        if problem is not None:
-            raise InputError(f"images[{i}]", problem)
+def refs_problem(r) -> str | None:
+    """Why one item's ``refs`` cannot be its references (a list of strings, or one string), or None.
+    The strings themselves are checked with the item (:func:`capscore.scores.functional.check_record`)."""
+    if isinstance(r, str) or isinstance(r, (list, tuple)) or (_is_numpy(r) and r.ndim == 1):
+        return None
+    if isinstance(r, float) and r != r:
+        return "references are NaN (an empty cell?); expected a list of reference strings"
+    return f"references must be a list of strings (or one string); got {type(r).__name__} {short_repr(r)}"
 
 
-def broken_image(name: str, problem: str):
-    """An :class:`~capscore.data.images.ImageRef` whose reading raises ``InputError(name, problem)``:
-    with ``skip_bad=True`` the scorer turns it into an error row like an unreadable file."""
-    return _broken_class()(name=name, problem=problem)
+def pixels_to_pil(x, where: str = "image"):
+    """A torch (C, H, W) / numpy (H, W, C) uint8 or [0, 1] float array -> RGB PIL image.
+
+    Values are checked at the boundary (:func:`image_problem`); here the layout and the dtype are: a torch
+    tensor that looks channels-last, a numpy array that looks channels-first, other dtypes and ranks are
+    refused with the fix, never guessed. Floats are rounded to 8 bits, as saving a PNG would."""
+    import numpy as np
+    from PIL import Image
+
+    torch_layout = _is_torch(x)
+    arr = x.detach().cpu().numpy() if torch_layout else np.asarray(x)
+    layout = "(C, H, W)" if torch_layout else "(H, W, C)"
+    kind = "torch tensor" if torch_layout else "numpy array"
+    if arr.ndim == 3:
+        if torch_layout and arr.shape[0] not in (1, 3):
+            hint = " (it looks channels-last: use x.permute(2, 0, 1))" if arr.shape[-1] in (1, 3, 4) else ""
+            raise CapscoreError(f"{where}: a {kind} image must be {layout} with C = 1 or 3; "
+                                f"got shape {tuple(arr.shape)}{hint}")
+        if not torch_layout and arr.shape[-1] not in (1, 3, 4):
+            hint = " (it looks channels-first: use x.transpose(1, 2, 0))" if arr.shape[0] in (1, 3) else ""
+            raise CapscoreError(f"{where}: a {kind} image must be {layout} with C = 1, 3 or 4; "
+                                f"got shape {tuple(arr.shape)}{hint}")
+    elif arr.ndim != 2:
+        raise CapscoreError(f"{where}: a {kind} image must be {layout} or (H, W); got shape {tuple(arr.shape)}")
+    if np.issubdtype(arr.dtype, np.floating):
+        arr = np.round(arr.astype(np.float64) * 255).astype(np.uint8)
+    elif arr.dtype != np.uint8:
+        raise CapscoreError(f"{where}: image dtype must be uint8 (0-255) or float in [0, 1]; got {arr.dtype}")
+    if arr.ndim == 3 and torch_layout:  # one plane per channel: no strided (C, H, W) -> (H, W, C) copy
+        planes = [Image.fromarray(np.ascontiguousarray(c)) for c in arr]
+        return planes[0].convert("RGB") if len(planes) == 1 else Image.merge("RGB", planes)
+    if arr.ndim == 3 and arr.shape[-1] == 1:
+        arr = arr[..., 0]
+    return Image.fromarray(np.ascontiguousarray(arr)).convert("RGB")
 
 
-_BROKEN = []
+def to_image_ref(x, where: str = "image"):
+    """Any accepted image input (path, PIL image, ImageRef, tensor, array) -> :class:`~capscore.data.images.ImageRef`
+    named ``where`` in errors."""
+    from PIL import Image
 
+    from capscore.data.images import ImageRef
 
-def _broken_class():
-    if not _BROKEN:
-        from capscore.data.images import ImageRef
-
-        @dataclass(frozen=True)
-        class BrokenImage(ImageRef):
-            """Stands in for an image that cannot be scored; reading it raises its problem."""
-
-            problem: str = ""
-
-            def identity_hint(self) -> str:
-                return f"broken:{id(self)}"
-
-            def read(self):
-                raise InputError(self.where(), self.problem)
-
-            def load(self, *, convert_rgb: bool = True):
-                raise InputError(self.where(), self.problem)
-
-        _BROKEN.append(BrokenImage)
-    return _BROKEN[0]
+    if isinstance(x, ImageRef):
+        return x
+    if isinstance(x, (str, os.PathLike)):
+        return ImageRef(path=Path(x).expanduser(), name=f"{where}: {x}")
+    if isinstance(x, Image.Image):
+        return ImageRef(image=x, name=where)
+    if _is_torch(x) or _is_numpy(x):
+        return ImageRef(image=pixels_to_pil(x, where), name=where)
+    raise CapscoreError(f"{where}: expected a path, a PIL image, a torch tensor or a numpy array; "
+                        f"got {type(x).__name__}")
 
 
 # ------------------------------------------------------------------------------------ score / frame / update
-def check_score_args(func: str, images, captions, refs=None, **options) -> None:
-    """Everything :func:`capscore.score` can check before loading a model (module docstring)."""
+def item_name(kind: str, i: int) -> str:
+    """How :func:`capscore.score` names item ``i`` of its ``kind`` argument in errors: ``images[3]``."""
+    return f"{kind}[{i}]"
+
+
+def check_score_args(func: str, images, captions, refs=None, *, name=item_name, candidates: bool = True,
+                     **options) -> dict[int, InputError]:
+    """Everything a face can check before loading a model (module docstring): the options, the containers
+    and their lengths, then each item's image and references. The first bad item is raised, or with
+    ``skip_bad=True`` every bad item is returned (index -> its error) for an error row. ``name(kind, i)``
+    names items in errors; ``candidates``: a caption may be a list of candidates (capscore.score)."""
     check_options(func, **options)
     check_images_container(images, func)
     n = len(images)
     if isinstance(captions, (str, bytes)) or not isinstance(captions, Sequence):
-        raise param_error("captions", func, "a list of strings, one per image (or a list of candidates per image)",
-                          captions)
+        want = "a list of strings, one per image" + (" (or a list of candidates per image)" if candidates else "")
+        raise param_error("captions", func, want, captions)
     if len(captions) != n:
-        raise param_error("captions", func, "one caption (or one list of candidates) per image",
-                          f"{n} images but {len(captions)} captions")
+        raise param_error("captions", func, "one caption (or one list of candidates) per image" if candidates
+                          else "one caption per image", f"{n} images but {len(captions)} captions")
     if refs is not None and (isinstance(refs, (str, bytes)) or not isinstance(refs, Sequence) or len(refs) != n):
         raise param_error("refs", func, f"a list of {n} reference lists (one per image) or None", refs)
-    check_image_items(list(images), skip_bad=bool(options.get("skip_bad", False)))
+    bad: dict[int, InputError] = {}
+    for i in range(n):
+        if (problem := image_problem(images[i])) is not None:
+            bad[i] = InputError(name("images", i), problem)
+        elif refs is not None and (problem := refs_problem(refs[i])) is not None:
+            bad[i] = InputError(name("refs", i), problem)
+        if i in bad and not options.get("skip_bad", False):
+            raise bad[i]
+    return bad
 
 
 def check_frame_args(df, image_col, caption_col, refs_col=None, func: str = "capscore.score_frame") -> None:
@@ -215,8 +256,8 @@ def check_frame_args(df, image_col, caption_col, refs_col=None, func: str = "cap
 
 
 def check_update_args(images, captions, refs=None, func: str = "CaptionScore.update") -> None:
-    """``update``'s arguments; an empty batch is valid (a no-op)."""
-    check_score_args(func, images, [captions] if isinstance(captions, str) else captions, refs)
+    """``update``'s arguments (one caption per image); an empty batch is valid (a no-op)."""
+    check_score_args(func, images, [captions] if isinstance(captions, str) else captions, refs, candidates=False)
 
 
 def empty_compute_warning(name: str = "CaptionScore") -> str:
@@ -224,5 +265,6 @@ def empty_compute_warning(name: str = "CaptionScore") -> str:
             "returning nan")
 
 
-__all__ = ["broken_image", "check_frame_args", "check_image_items", "check_images_container", "check_options",
-           "check_score_args", "check_update_args", "image_problem", "pixel_problem"]
+__all__ = ["check_frame_args", "check_images_container", "check_options", "check_score_args",
+           "check_update_args", "image_problem", "item_name", "pixel_problem", "pixels_to_pil", "refs_problem",
+           "to_image_ref"]

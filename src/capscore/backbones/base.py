@@ -239,7 +239,7 @@ class Backbone(ABC):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Padded ids (B, L) with true lengths (B,) -> global (B, D) and, if asked, tokens (B, L, D)."""
 
-    # Packed short texts (Encoder.words_in_context): several texts that share a prefix in one row.
+    # Packed short texts (Encoder.masked_text_tokens; ABE-CLIP's phrases): several texts that share a prefix in one row.
     supports_packed_text: bool = False
 
     def forward_packed_texts(

@@ -26,7 +26,6 @@ Every metric, probe and trainer evaluation goes through :class:`Encoder`:
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -42,11 +41,6 @@ from capscore.backbones.base import Backbone
 from capscore.embed.cache import EmbeddingCache, cache_key
 from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError
-
-
-# Text that CLIP's BPE tokeniser splits only at spaces, one word at a time: "prefix word" is then
-# tokens(prefix) + tokens(word) without tokenising it (Encoder.words_in_context checks other text).
-_PLAIN = re.compile(r"[A-Za-z0-9 '-]*")
 
 
 class MemoryCache:
@@ -251,26 +245,14 @@ class Encoder:
         index = dict(zip(uniq, (found[k] for k in keys)))
         return [index[t] for t in texts]
 
-    def words_in_context(self, items: Sequence[tuple[str, str]]) -> list[torch.Tensor]:
-        """F(prefix, word) for each ``(prefix, word)``: the mean of the normalised final-layer
-        features of ``word``'s tokens when the text tower encodes ``f"{prefix} {word}"`` (``word``
-        alone for an empty prefix); (token_dim,) float32 each, in input order.
-
-        This is ABE-CLIP's phrase feature. On a causal tower the word's tokens see only the
-        start token, the prefix and themselves, so texts are *packed*: one row holds the start
-        token, then the prefixes as a token trie (a prefix's leading tokens shared with another
-        prefix in the row are there once) with every word under its prefix, each token masked to
-        see only the tokens of its own text before it, at the positions it has there, and no end
-        token (nothing before it depends on it).
-        The result is the text's own encoding, up to float summation order (≤ 1e-6), at a
-        fraction of the tokens. Backbones without ``supports_packed_text``, and texts whose
-        tokens are not prefix tokens + word tokens, or that would not fit the context, are
-        encoded whole (:meth:`text_tokens`). Kept like :meth:`text_tokens`' features."""
+    def cached_features(self, kind: str, items: Sequence, compute, *, key=str) -> list[torch.Tensor]:
+        """Features a metric derives from the towers itself (one tensor per item, in input order), kept
+        like :meth:`text_tokens`' features: in memory and, with a persistent cache, in its bounded
+        feature table under (backbone identity, ``kind``, ``key(item)``). ``compute(items) -> tensors``
+        runs once, on the distinct items found in neither."""
         bb = self.backbone
-        if not bb.has_token_features:
-            raise CapscoreError(f"backbone {bb.spec} does not expose per-token text features")
-        uniq = list(dict.fromkeys((p, w) for p, w in items))
-        keys = [cache_key(bb.identity, "word-in-context", f"{p}\x1f{w}") for p, w in uniq]
+        uniq = list(dict.fromkeys(items))
+        keys = [cache_key(bb.identity, kind, key(x)) for x in uniq]
         found = self._features.get_many(keys)
         if isinstance(self.cache, EmbeddingCache) and len(found) < len(keys):
             stored = {k: torch.from_numpy(v) for k, v in self.cache.get_features([k for k in keys if k not in found]).items()}
@@ -278,109 +260,21 @@ class Encoder:
             self._features.put_many(stored.items())
         missing = [i for i, k in enumerate(keys) if k not in found]
         if missing:
-            new = self._words_in_context([uniq[i] for i in missing])
-            new = [(keys[i], v) for i, v in zip(missing, new)]
+            new = [(keys[i], v) for i, v in zip(missing, compute([uniq[i] for i in missing]))]
             found.update(new)
             self._features.put_many(new)
             if isinstance(self.cache, EmbeddingCache):
                 self.cache.put_features((k, v.numpy()) for k, v in new)
         key_of = dict(zip(uniq, keys))
-        return [found[key_of[(p, w)]] for p, w in items]
+        return [found[key_of[x]] for x in items]
 
-    def _words_in_context(self, items: list[tuple[str, str]]) -> list[torch.Tensor]:
-        bb = self.backbone
-        memo: dict[str, list[int]] = {}
-
-        def tokens(s: str) -> list[int]:  # without the start and end tokens
-            if s not in memo:
-                memo[s] = bb.tokenize([s])[0][1:-1]
-            return memo[s]
-
-        packed, whole = [], []
-        sot = getattr(bb, "sot_id", None)
-        for i, (p, w) in enumerate(items):
-            pre, wt = (tokens(p) if p else []), tokens(w)
-            ok = (bb.supports_packed_text and sot is not None and wt and len(pre) + len(wt) + 2 <= bb.context_length
-                  and (not p or _PLAIN.fullmatch(p + w) or tokens(f"{p} {w}") == pre + wt))
-            (packed if ok else whole).append((i, pre, wt))
-        out: list[torch.Tensor | None] = [None] * len(items)
-        if whole:
-            texts = [f"{items[i][0]} {items[i][1]}" if items[i][0] else items[i][1] for i, _, _ in whole]
-            for (i, _, wt), f in zip(whole, self.text_tokens(texts)):
-                v = f.vectors  # the word's tokens end just before the end token
-                out[i] = v[len(v) - 1 - len(wt) : len(v) - 1].mean(0)
-        if packed:
-            for i, v in self._packed_forward(packed, sot):
-                out[i] = v
-        return out
-
-    packed_row_tokens = 64  # tokens per packed row (a row longer only for one prefix + word that needs it)
-
-    def _packed_forward(self, items: list[tuple[int, list[int], list[int]]], sot: int):
-        """Yield (index, F) for (index, prefix ids, word ids) items; see :meth:`words_in_context`.
-
-        Each row is a token trie rooted at the start token: a prefix token is added once per row
-        under the longest of its leading prefix tokens already there (so "red", "red small" and
-        "red large" share "red"), a word's tokens hang under its whole prefix, and every token
-        attends to itself and its ancestors only, at its depth as position. That is exactly the
-        causal view each token has in its own text."""
-        bb = self.backbone
-        groups: dict[tuple[int, ...], list[tuple[int, list[int]]]] = {}
-        for i, pre, wt in items:
-            groups.setdefault(tuple(pre), []).append((i, wt))
-        rows: list[dict] = []
-
-        def new_row():
-            rows.append({"ids": [sot], "pos": [0], "parent": [-1], "nodes": {(): 0}, "out": []})
-            return rows[-1]
-
-        def add(row, token: int, parent: int) -> int:
-            row["ids"].append(token)
-            row["pos"].append(row["pos"][parent] + 1)
-            row["parent"].append(parent)
-            return len(row["ids"]) - 1
-
-        row = new_row()
-        for pre in sorted(groups):  # prefixes with the same leading tokens side by side
-            for i, wt in groups[pre]:
-                k = len(pre)
-                while pre[:k] not in row["nodes"]:  # the longest leading part already in the row
-                    k -= 1
-                if len(row["ids"]) > 1 and len(row["ids"]) + len(pre) - k + len(wt) > self.packed_row_tokens:
-                    row, k = new_row(), 0
-                node = row["nodes"][pre[:k]]
-                for j in range(k, len(pre)):
-                    node = row["nodes"][pre[: j + 1]] = add(row, pre[j], node)
-                start = len(row["ids"])
-                for t in wt:
-                    node = add(row, t, node)
-                row["out"].append((i, start, len(row["ids"])))
-        rows.sort(key=lambda r: len(r["ids"]))
-        budget = self.text_token_budget
-        s = 0
+    def masked_text_tokens(self, ids: torch.Tensor, positions: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """The text tower on token rows the caller lays out: ``ids`` (B, L), ``positions`` (B, L) each token's
+        position, ``allowed`` (B, L, L) which keys each query attends to -> per-token features (B, L, token_dim),
+        normalised float32 on the CPU. For backbones with ``supports_packed_text`` (causal towers), which
+        lets a metric pack many short texts into one row (:mod:`capscore.scores.abe_phrases`)."""
         with torch.inference_mode():
-            while s < len(rows):
-                e = s + 1
-                while e < len(rows) and (e + 1 - s) * len(rows[e]["ids"]) <= budget:
-                    e += 1
-                batch, s = rows[s:e], e
-                L = len(batch[-1]["ids"])
-                ids = torch.full((len(batch), L), bb.pad_id, dtype=torch.long)
-                pos = torch.zeros((len(batch), L), dtype=torch.long)
-                allowed = np.zeros((len(batch), L, L), dtype=bool)
-                allowed[:, np.arange(L), np.arange(L)] = True  # padding sees only itself
-                for j, r in enumerate(batch):
-                    n = len(r["ids"])
-                    ids[j, :n], pos[j, :n] = torch.tensor(r["ids"]), torch.tensor(r["pos"])
-                    sees = allowed[j]
-                    for q, parent in enumerate(r["parent"]):  # ancestors come first: sees[parent] is final
-                        if parent >= 0:
-                            sees[q] |= sees[parent]
-                allowed = torch.from_numpy(allowed)
-                tok = F.normalize(bb.forward_packed_texts(ids, pos, allowed).float(), dim=-1).cpu()
-                for j, r in enumerate(batch):
-                    for i, a, b in r["out"]:
-                        yield i, tok[j, a:b].mean(0).clone()
+            return F.normalize(self.backbone.forward_packed_texts(ids, positions, allowed).float(), dim=-1).cpu()
 
     @staticmethod
     def _pack_tokens(f: TokenFeatures) -> np.ndarray:
@@ -437,9 +331,7 @@ class Encoder:
         """
         bb = self.backbone
         refs = [ImageRef.of(x) for x in images]
-        first_of: dict[str, int] = {}
-        for i, r in enumerate(refs):
-            first_of.setdefault(r.identity_hint(), i)
+        first_of = _first_of(refs)
         failed: dict[int, str] | None = {} if errors is not None else None
         got = self._image_features(refs, list(first_of.values()), failed, patches=patches)
         out = torch.full((len(refs), bb.embed_dim), float("nan"))
@@ -452,50 +344,38 @@ class Encoder:
                 errors[i] = failed[u]
         return out
 
-    def _image_features(self, refs: list[ImageRef], uniq_idx: list[int], failed: dict[int, str] | None, *,
-                        patches: bool) -> dict[int, object]:
-        """index -> global vector (np), or with ``patches`` -> (global (D,), patches (P, D)) tensors.
+    def _encode_unique(self, refs: list, uniq: list[int], failed: dict[int, str] | None, *, kind: str, chunk: int,
+                       read, lookup, encode, cached_stat: str, what: str) -> dict[int, object]:
+        """index -> value for the inputs at ``uniq`` (one per identity): the bookkeeping images and videos share.
 
-        Reads and hashes in worker threads, consults the caches, then decodes and preprocesses only
-        the misses (worker threads again) and encodes them in batches."""
+        Chunk by chunk: ``read(i, ref) -> (content key, payload)`` in worker threads; ``lookup(keys, content)``
+        returns the cached values (``keys``: index -> cache key (backbone identity, ``kind``, content key));
+        the misses are encoded with ``encode([(i, content key, payload)]) -> {i: value}`` once per distinct
+        content (the same bytes under two names: one forward), and the others copy its value or its failure.
+        An :class:`InputError` is raised, or with ``failed`` recorded there (index -> message)."""
         bb = self.backbone
         got: dict[int, object] = {}
-        bar = self._bar(len(uniq_idx), "images")
-        chunk = self.image_batch_size * 4
-        for s in range(0, len(uniq_idx), chunk):
-            idx = uniq_idx[s : s + chunk]
-            # Hash the bytes first; decode only what the cache does not already hold.
-            read = self._map(lambda i, ref: ref.read(), [(i, refs[i]) for i in idx], failed)
-            ok = [(i, item) for i, item in zip(idx, read) if item is not None]
-            keys = {i: cache_key(bb.identity, "image", item[0]) for i, item in ok}
-            if patches:
-                pkeys = {i: cache_key(bb.identity, "image-patches", item[0]) for i, item in ok}
-                found = self._features.get_many(list(pkeys.values()))
-                hit = lambda i: pkeys[i] in found  # noqa: E731
-                value = lambda i: found[pkeys[i]]  # noqa: E731
-            else:
-                pkeys = None
-                found = self.cache.get_many(list(keys.values()))
-                hit = lambda i: keys[i] in found  # noqa: E731
-                value = lambda i: found[keys[i]]  # noqa: E731
+        bar = self._bar(len(uniq), what)
+        for s in range(0, len(uniq), chunk):
+            idx = uniq[s : s + chunk]
+            read_ = self._map(read, [(i, refs[i]) for i in idx], failed)
+            ok = [(i, item) for i, item in zip(idx, read_) if item is not None]
+            content = {i: item[0] for i, item in ok}
+            keys = {i: cache_key(bb.identity, kind, c) for i, c in content.items()}
+            hits = lookup(keys, content)
             misses, lead = [], {}
-            for i, (_, payload) in ok:
+            for i, (c, payload) in ok:
                 k = keys[i]
-                if hit(i):
-                    got[i] = value(i)
-                    self.stats.images_cached += 1
+                if i in hits:
+                    got[i] = hits[i]
+                    setattr(self.stats, cached_stat, getattr(self.stats, cached_stat) + 1)
                 elif k in lead:  # same bytes under two names in this chunk: encode once
                     continue
                 else:
                     lead[k] = i
-                    misses.append((i, payload))
-            # Decode + preprocess in worker threads (PIL and torchvision release the GIL).
-            pixels = self._map(lambda i, payload: bb.preprocess(self._decode(refs[i], payload)), misses, failed)
-            todo = [(i, px) for (i, _), px in zip(misses, pixels) if px is not None]
-            vecs = self._forward_pixels([keys[i] for i, _ in todo], [px for _, px in todo],
-                                        patch_keys=[pkeys[i] for i, _ in todo] if patches else None)
-            got.update((i, v) for (i, _), v in zip(todo, vecs))
-            for i, _ in ok:  # duplicates of an image encoded (or failed) just now
+                    misses.append((i, c, payload))
+            got.update(encode(misses))
+            for i, _ in ok:  # duplicates of an input encoded (or failed) just now
                 if i not in got and lead.get(keys[i]) in got:
                     got[i] = got[lead[keys[i]]]
                 elif i not in got and failed is not None and lead.get(keys[i]) in failed:
@@ -505,6 +385,39 @@ class Encoder:
         if bar:
             bar.close()
         return got
+
+    def _image_features(self, refs: list[ImageRef], uniq_idx: list[int], failed: dict[int, str] | None, *,
+                        patches: bool) -> dict[int, object]:
+        """index -> global vector (np), or with ``patches`` -> (global (D,), patches (P, D)) tensors.
+
+        Reads and hashes in worker threads, consults the caches (the patch tokens live in memory only),
+        then decodes and preprocesses only the misses (worker threads again) and encodes them in batches."""
+        bb = self.backbone
+
+        def patch_key(content: str) -> bytes:
+            return cache_key(bb.identity, "image-patches", content)
+
+        def lookup(keys: dict, content: dict) -> dict:
+            if patches:
+                found = self._features.get_many([patch_key(c) for c in content.values()])
+                return {i: found[patch_key(c)] for i, c in content.items() if patch_key(c) in found}
+            found = self.cache.get_many(list(keys.values()))
+            return {i: found[k] for i, k in keys.items() if k in found}
+
+        def encode(misses: list) -> dict:
+            # Decode + preprocess in worker threads (PIL and torchvision release the GIL).
+            pixels = self._map(lambda i, payload: bb.preprocess(self._decode(refs[i], payload)),
+                               [(i, payload) for i, _, payload in misses], failed)
+            todo = [(i, c, px) for (i, c, _), px in zip(misses, pixels) if px is not None]
+            vecs = self._forward_pixels([cache_key(bb.identity, "image", c) for _, c, _ in todo],
+                                        [px for _, _, px in todo],
+                                        patch_keys=[patch_key(c) for _, c, _ in todo] if patches else None)
+            return {i: v for (i, _, _), v in zip(todo, vecs)}
+
+        # Hash the bytes first; decode only what the cache does not already hold.
+        return self._encode_unique(refs, uniq_idx, failed, kind="image", chunk=self.image_batch_size * 4,
+                                   read=lambda i, ref: ref.read(), lookup=lookup, encode=encode,
+                                   cached_stat="images_cached", what="images")
 
     def encode_pixels(self, content_keys: Sequence[str], pixels: Sequence[torch.Tensor]) -> None:
         """Encode images decoded and preprocessed elsewhere into the cache; nothing is returned.
@@ -553,49 +466,33 @@ class Encoder:
 
         A video is decoded and encoded once per call however many captions share it, and its
         frame matrix is cached under (backbone identity, hash of the video's bytes, sampling,
-        time window), so a later run or another metric re-encodes nothing. Decoding and
-        preprocessing run in worker threads; frames of several videos share image batches.
-        A bad video raises :class:`InputError` naming it, or with ``errors`` is recorded there
-        (index -> message) and its entry is None.
+        time window), so a later run or another metric re-encodes nothing (the bookkeeping of
+        :meth:`encode_images`). Decoding and preprocessing run in worker threads; frames of
+        several videos share image batches. A bad video raises :class:`InputError` naming it,
+        or with ``errors`` is recorded there (index -> message) and its entry is None.
         """
         from capscore.data.video import DEFAULT_SAMPLING, Sampling, VideoRef
 
         bb = self.backbone
         sampling = DEFAULT_SAMPLING if sampling is None else Sampling.parse(sampling)
         refs = [VideoRef.of(v) for v in videos]
-        first_of: dict[str, int] = {}
-        for i, r in enumerate(refs):
-            first_of.setdefault(r.identity_hint(), i)
-        uniq = list(first_of.values())
+        first_of = _first_of(refs)
         failed: dict[int, str] | None = {} if errors is not None else None
-        got: dict[int, np.ndarray] = {}
-        # videos decoded at a time: enough frames to fill image batches (~10 per clip), few enough to bound memory
-        per_chunk = max(self.workers * 2, self.image_batch_size // 10)
-        bar = self._bar(len(uniq), "videos")
-        for s in range(0, len(uniq), per_chunk):
-            idx = uniq[s : s + per_chunk]
-            t0 = time.perf_counter()
-            ckeys = self._map(lambda i, r: r.content_key(sampling), [(i, refs[i]) for i in idx], failed)
-            keys = {i: cache_key(bb.identity, "video-frames", k) for i, k in zip(idx, ckeys) if k is not None}
+
+        def lookup(keys: dict, content: dict) -> dict:
             found = self.cache.get_many(list(dict.fromkeys(keys.values())))
-            misses: list[int] = []
-            lead: dict[bytes, int] = {}  # two paths with the same bytes: decode one
-            for i, k in keys.items():
-                if k in found:
-                    got[i] = found[k].reshape(-1, bb.embed_dim)
-                    self.stats.videos_cached += 1
-                elif k in lead:
-                    continue
-                else:
-                    lead[k] = i
-                    misses.append(i)
+            return {i: found[k].reshape(-1, bb.embed_dim) for i, k in keys.items() if k in found}
+
+        def encode(misses: list) -> dict:
+            t0 = time.perf_counter()
             pixels = self._map(lambda i, r: torch.stack([bb.preprocess(im) for im in r.load(sampling)]),
-                               [(i, refs[i]) for i in misses], failed)
+                               [(i, refs[i]) for i, _, _ in misses], failed)
             t1 = time.perf_counter()
             self.stats.decode_seconds += t1 - t0
-            todo = [(i, px) for i, px in zip(misses, pixels) if px is not None]
+            todo = [(i, c, px) for (i, c, _), px in zip(misses, pixels) if px is not None]
+            got = {}
             if todo:
-                allpx = torch.cat([px for _, px in todo])
+                allpx = torch.cat([px for _, _, px in todo])
                 vecs = []
                 with torch.inference_mode():
                     for b in range(0, len(allpx), self.image_batch_size):
@@ -604,24 +501,21 @@ class Encoder:
                 vecs = torch.cat(vecs).numpy()
                 k0 = 0
                 new = []
-                for i, px in todo:
-                    m = vecs[k0 : k0 + len(px)]
+                for i, c, px in todo:
+                    got[i] = vecs[k0 : k0 + len(px)]
                     k0 += len(px)
-                    got[i] = m
-                    new.append((keys[i], m.reshape(-1)))
+                    new.append((cache_key(bb.identity, "video-frames", c), got[i].reshape(-1)))
                     self.stats.frames_encoded += len(px)
                 self.stats.videos_encoded += len(todo)
                 self.cache.put_many(new)
-            for i, k in keys.items():  # same bytes as a video decoded just now
-                if i not in got and lead.get(k) in got:
-                    got[i] = got[lead[k]]
-                elif i not in got and lead.get(k) in (failed or {}):
-                    failed[i] = failed[lead[k]]
             self.stats.encode_seconds += time.perf_counter() - t1
-            if bar:
-                bar.update(len(idx))
-        if bar:
-            bar.close()
+            return got
+
+        # videos decoded at a time: enough frames to fill image batches (~10 per clip), few enough to bound memory
+        got = self._encode_unique(refs, list(first_of.values()), failed, kind="video-frames",
+                                  chunk=max(self.workers * 2, self.image_batch_size // 10),
+                                  read=lambda i, r: (r.content_key(sampling), None), lookup=lookup, encode=encode,
+                                  cached_stat="videos_cached", what="videos")
         out: list[torch.Tensor | None] = []
         for i, r in enumerate(refs):
             u = first_of[r.identity_hint()]
@@ -645,9 +539,7 @@ class Encoder:
                 "(needs a ViT image tower with a projection, e.g. open_clip ViTs or HF CLIP)"
             )
         refs = [ImageRef.of(x) for x in images]
-        first_of: dict[str, int] = {}
-        for i, r in enumerate(refs):
-            first_of.setdefault(r.identity_hint(), i)
+        first_of = _first_of(refs)
         got = self._image_features(refs, list(first_of.values()), None, patches=True)
         if not refs:
             return torch.empty(0, bb.embed_dim), torch.empty(0, 0, bb.token_dim)
@@ -663,3 +555,9 @@ class Encoder:
         return open_bar(total, desc=f"encoding {what}", unit=what[:-1])
 
 
+def _first_of(refs: Sequence) -> dict[str, int]:
+    """identity hint -> index of its first occurrence: an input named twice in one call is handled once."""
+    first_of: dict[str, int] = {}
+    for i, r in enumerate(refs):
+        first_of.setdefault(r.identity_hint(), i)
+    return first_of

@@ -1,9 +1,11 @@
 """``CaptionScore``: capscore metrics as a torchmetrics ``Metric``, for evaluation inside training loops.
 
-The shell only holds running sums; scoring is :func:`capscore.api.score`'s
-path (one :class:`~capscore.embed.Encoder`, the same metric functions and
-prefix as ``capscore score``), so ``compute()`` equals the mean that
-``capscore score`` prints for the same pairs.
+The shell only holds running sums; each batch is scored by the functional core,
+:func:`capscore.scores.functional.batch_values` (:func:`~capscore.scores.functional.score_batch`
+below its argument checks, which ``update`` makes once): one
+:class:`~capscore.embed.Encoder`, the same metric row and prefix as ``capscore score``,
+and no run machinery per batch. So ``compute()`` equals the mean that ``capscore score``
+prints for the same pairs.
 
 States are ``score_sum`` (float64) and ``count``, both ``dist_reduce_fx="sum"``:
 under DDP every process scores its shard and ``compute()`` returns the global
@@ -17,6 +19,8 @@ prefix. With ``prefix=""`` and every cosine positive,
 ``CaptionScore = 2.5/100 · torchmetrics CLIPScore`` on the same embeddings.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -34,7 +38,7 @@ class CaptionScore(Metric):
         model: a model name (any capscore backbone; default ViT-B-32/openai, offline ``scenes-tiny``), a
             Backbone or an Encoder.
         metric: any registered image metric (default clip-s; ``capscore.scores.metric_names("image")``).
-        prefix: default the metric's own (see ``capscore.scores.clipscore.resolve_prefix``).
+        prefix: default the metric's own (``Metric.prefix_for``).
         backbone_device: where the backbone runs; default the Metric's device at the first update.
         dtype, cache, batch_size, seed, context_length: as in :func:`capscore.score`.
         kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``dist_sync_fn``...).
@@ -56,22 +60,24 @@ class CaptionScore(Metric):
                  seed: int = 0, context_length: int | None = None, **kwargs):
         super().__init__(**kwargs)
         from capscore import validate
-        from capscore.scores.clipscore import resolve_prefix
         from capscore.scores.metric import get_metric
 
         validate.check_options("CaptionScore", batch_size=batch_size, seed=seed, context_length=context_length,
                                prefix=prefix, dtype=dtype)
-        get_metric(metric).formula("image")  # an unknown name, or a video-only metric, fails here
-        if "corpus" in get_metric(metric).needs("image"):  # a running mean of per-update values would be wrong
+        row = get_metric(metric)
+        row.formula("image")  # an unknown name, or a video-only metric, fails here
+        if "corpus" in row.needs("image"):  # a running mean of per-update values would be wrong
             raise CapscoreError(f"CaptionScore keeps a running mean; {metric}'s values depend on the whole evaluated "
                                 "set (CIDEr's IDF), so score the set at once with capscore.score")
         self.model_spec = model
         self.metric_name = metric
-        self.prefix = resolve_prefix(metric, prefix)
+        self._metric = row
+        self.prefix = row.prefix_for("image", prefix)
         self._options = dict(dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
                              context_length=context_length)
         self._backbone_device = backbone_device
         self._encoder = None
+        self._warned_refs = False
         self.add_state("score_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
 
@@ -79,20 +85,30 @@ class CaptionScore(Metric):
     def encoder(self):
         if self._encoder is None:
             from capscore.api import get_encoder
+            from capscore.pipeline import check_fit
 
             device = self._backbone_device or str(self.device)
             self._encoder = get_encoder(self.model_spec, device=device, **self._options)
+            check_fit(self._metric, self._encoder.backbone)  # once, not per batch
         return self._encoder
 
     def update(self, images, captions, refs=None) -> None:
         from capscore import validate
-        from capscore.api import score
+        from capscore.scores.functional import batch_values
 
         validate.check_update_args(images, captions, refs)
         if isinstance(captions, str):
             captions = [captions]
-        values = score(images, captions, refs, model=self.encoder, metric=self.metric_name, prefix=self.prefix)
-        if any(v is None for v in values):  # cannot happen without skip_bad; guard the sum anyway
+        if len(captions) == 0:
+            return
+        if refs is not None and not self._metric.needs_refs and not self._warned_refs:
+            from capscore._log import warn
+
+            self._warned_refs = True
+            warn(f"metric {self._metric.name} ignores the references given; a reference-based metric uses them "
+                 "(refclip-s, refpac-s)")
+        values = batch_values(self.encoder, self._metric, list(images), captions, refs, prefix=self.prefix).scores
+        if not all(math.isfinite(v) for v in values):  # a formula gave NaN (no item error reaches here)
             raise CapscoreError("CaptionScore: an item could not be scored")
         self.score_sum += torch.tensor(sum(values), dtype=torch.float64, device=self.score_sum.device)
         self.count += len(values)

@@ -36,7 +36,6 @@ from capscore.meta.datasets import (
     HUMAN_COLUMNS, PASCAL_ORDER, DatasetSpec, PairSet, RatingSet, _number, get_dataset, read_rows,
 )
 from capscore.pipeline import score_all
-from capscore.scores.clipscore import resolve_prefix
 from capscore.scores.metric import Metric, get_metric
 
 
@@ -82,44 +81,32 @@ class CorrelationResult:
 VECTOR_NEEDS = frozenset({"global", "tokens", "patches", "frames"})
 
 
-def text_only(metric: Metric) -> bool:
+def text_only(metric: Metric, medium: str = "image") -> bool:
     """A metric that reads only the text (the classic reference metrics): it needs no backbone."""
-    return not (metric.needs("image") & VECTOR_NEEDS)
-
-
-def _score_text_only(records: Iterable[Record], metric: Metric, *, skip_bad: bool, skipped: dict[str, int],
-                     options: Mapping | None) -> dict[str, float]:
-    """id -> score of a text-only metric, every record in one batch (CIDEr's IDF comes from the whole
-    evaluated set, as its reference code computes it); records it cannot score are counted or raised."""
-    from capscore.pipeline import validate
-    from capscore.scores.metric import EmbeddingBatch
-
-    recs = []
-    for r in records:
-        err = validate(r, metric)
-        if err is not None:
-            if not skip_bad and not (metric.needs_refs and not r.refs):
-                raise err
-            why = "no references" if metric.needs_refs and not r.refs else err.what
-            skipped[why] = skipped.get(why, 0) + 1
-            continue
-        recs.append(r)
-    if not recs:
-        return {}
-    values = metric.compute(EmbeddingBatch(None, recs, "", "image", dict(options or {})))
-    return {r.id: float(v) for r, v in zip(recs, values.scores) if v is not None and math.isfinite(v)}
+    return not (metric.needs(medium) & VECTOR_NEEDS)
 
 
 def score_many(records: Iterable[Record], encoder: Encoder | None, metric: Metric, *, prefix: str | None,
-               skip_bad: bool, skipped: dict[str, int], options: Mapping | None = None) -> dict[str, float]:
-    """id -> score for every record that could be scored; failures are counted in ``skipped``
-    (with ``skip_bad``) or raised (without). A :func:`text_only` metric takes ``encoder=None`` and scores
-    the whole set at once (a reference-free record is counted as skipped for it, not raised: a dataset
-    may mix items with and without references)."""
-    if text_only(metric):
-        return _score_text_only(records, metric, skip_bad=skip_bad, skipped=skipped, options=options)
+               skip_bad: bool, skipped: dict[str, int], options: Mapping | None = None, medium: str = "image",
+               chunk_size: int = 2048) -> dict[str, float]:
+    """id -> score for every record that could be scored, through the pipeline (:func:`score_all`);
+    failures are counted in ``skipped`` (with ``skip_bad``) or raised (without).
+
+    A :func:`text_only` metric takes ``encoder=None`` and no prefix, and scores the whole set as one
+    batch (CIDEr's IDF comes from the whole evaluated set, as its reference code computes it); a record
+    without references is counted as skipped for it, not raised: a dataset may mix items with and
+    without references."""
+    if text_only(metric, medium):
+        kept = []
+        for r in records:
+            if metric.needs_refs and not r.refs:
+                skipped["no references"] = skipped.get("no references", 0) + 1
+            else:
+                kept.append(r)
+        records, prefix, chunk_size = kept, "", max(1, len(kept))
     out: dict[str, float] = {}
-    for row in score_all(records, encoder, metric, prefix=prefix, options=options, skip_bad=skip_bad):
+    for row in score_all(records, encoder, metric, medium=medium, prefix=prefix, options=options,
+                         skip_bad=skip_bad, chunk_size=chunk_size):
         if row["score"] is None or not math.isfinite(row["score"]):
             why = (row.get("error") or "could not be scored").split(": ")[-1]
             skipped[why] = skipped.get(why, 0) + 1
@@ -296,7 +283,7 @@ def _result(ds, spec, encoder, prefix, n, stats, skipped, seed, n_resamples, par
     bb = encoder.backbone
     return CorrelationResult(
         dataset=ds.name, source=ds.source, metric=spec.name, backbone=bb.spec, identity=bb.identity,
-        prefix=resolve_prefix(spec, prefix), n=n, stats=tuple(stats),
+        prefix=spec.prefix_for("image", prefix), n=n, stats=tuple(stats),
         skipped=skipped, seed=seed, n_resamples=n_resamples, params={**dict(ds.params), **params})
 
 

@@ -243,7 +243,7 @@ def run_correlate_video(job: CorrelateJob):
     from capscore.data.video import Sampling
     from capscore.embed.factory import make_encoder, open_cache
     from capscore.meta.video import evaluate_video, load_video_dataset
-    from capscore.scores.video import VIDEO_METRICS, get_video_metric
+    from capscore.scores.metric import metric_names
 
     if not job.models:
         raise param_error("models", "run_correlate_video", "at least one backbone spec", job.models)
@@ -251,9 +251,9 @@ def run_correlate_video(job: CorrelateJob):
         raise param_error("videos", "run_correlate_video", f"the folder of {job.dataset}'s VIDEO_ID.mp4 files",
                           job.videos)
     for m in job.metrics:
-        if m not in VIDEO_METRICS:
+        if m not in metric_names("video"):
             raise CapscoreError(f"metric {m} scores images; {job.dataset} is a video dataset")
-    metrics = [get_video_metric(m) for m in job.metrics]
+    metrics = list(job.metrics)
     sampling = Sampling.parse(job.frames or "uniform:10")
     ds = load_video_dataset(job.dataset, job.path, job.videos, seed=job.seed, n_scenes=job.scenes)
     encoding = _encoding(job)

@@ -36,7 +36,6 @@ annotated duration equals the file's.
 from __future__ import annotations
 
 import json
-import math
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from capscore.data.records import Record
 from capscore.data.video import VideoRef
 from capscore.errors import CapscoreError, InputError
 from capscore.meta import stats as S
-from capscore.meta.evaluate import CorrelationResult
+from capscore.meta.evaluate import CorrelationResult, score_many
 
 VATEX_FILES = ("candidates_list.pkl", "gts_list.pkl", "human_scores.pkl", "video_ids.pkl")
 ANET_FILES = ("anet_entities_test_1.json", "anet_entities_test_2.json", "final_right_video_sentences.json",
@@ -291,20 +290,6 @@ def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames:
 
 
 # ------------------------------------------------------------------------------------ evaluation
-def _scores(records, encoder, metric, *, sampling, prefix, idf, skip_bad, skipped) -> dict[str, float]:
-    from capscore.pipeline import score_all
-
-    out = {}
-    for row in score_all(records, encoder, metric.name, medium="video", prefix=prefix,
-                         options={"sampling": sampling, "idf": idf}, skip_bad=skip_bad, chunk_size=256):
-        if row["score"] is None or not math.isfinite(row["score"]):
-            why = (row.get("error") or "could not be scored").split(": ")[-1]
-            skipped[why] = skipped.get(why, 0) + 1
-            continue
-        out[row["id"]] = float(row["score"])
-    return out
-
-
 def _idf(ds, encoder, use_idf: bool):
     if not use_idf:
         return None
@@ -324,18 +309,20 @@ def evaluate_video(ds, encoder, metric, *, n_refs: Sequence[int] | None = None, 
     reference-free metric, 1 and 9 for a reference-based one, as in the PAC-S table; capped at the
     references available). ActivityNet-FOIL: ``accuracy`` (%)."""
     from capscore.data.video import DEFAULT_SAMPLING, Sampling
-    from capscore.scores.video import get_video_metric
+    from capscore.scores.metric import get_metric
 
-    spec = get_video_metric(metric)
+    spec = get_metric(metric)
+    formula = spec.formula("video")  # an image-only metric fails here
     sampling = DEFAULT_SAMPLING if sampling is None else Sampling.parse(sampling)
     weights = _idf(ds, encoder, idf)
     skipped = dict(ds.skipped)
     kw = dict(n_resamples=n_resamples, seed=seed, confidence=confidence)
-    params = {"sampling": str(sampling), "idf": bool(idf), "ref_max": spec.ref_max if spec.needs_refs else None}
-    common = dict(sampling=sampling, prefix=prefix, idf=weights, skip_bad=skip_bad)
+    params = {"sampling": str(sampling), "idf": bool(idf), "ref_max": formula.ref_max if spec.needs_refs else None}
+    common = dict(encoder=encoder, metric=spec, medium="video", prefix=prefix, skip_bad=skip_bad, chunk_size=256,
+                  options={"sampling": sampling, "idf": weights})
     if isinstance(ds, VideoFoilSet):
         recs = [r for v in ds.items for r in v.right + v.foil]
-        scores = _scores(recs, encoder, spec, skipped=skipped, **common)
+        scores = score_many(recs, skipped=skipped, **common)
         outcomes = []
         for v in ds.items:
             a = [scores.get(r.id) for r in v.right]
@@ -357,7 +344,7 @@ def evaluate_video(ds, encoder, metric, *, n_refs: Sequence[int] | None = None, 
         stats, n = [], 0
         for k in counts:
             recs = [Record(r.id, r.image, r.caption, r.refs[:k], r.system, r.source) for r in ds.items]
-            scores = _scores(recs, encoder, spec, skipped=skipped if k == counts[0] else {}, **common)
+            scores = score_many(recs, skipped=skipped if k == counts[0] else {}, **common)
             keep = [i for i, r in enumerate(ds.items) if r.id in scores]
             if len(keep) < 2:
                 raise CapscoreError(f"{ds.name}: fewer than two items could be scored")

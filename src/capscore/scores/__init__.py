@@ -1,10 +1,11 @@
-"""Scores: the metric registry (:mod:`capscore.scores.metric`) and each family's pure formulas.
+"""Scores: the metric registry (:mod:`capscore.scores.metric`), each family's pure formulas, and the functional
+core every face scores through (:mod:`capscore.scores.functional`: ``score_batch``, ``compute_values``).
 
 Names are resolved lazily (PEP 562), so reading the registry's names does not import torch.
 """
 from capscore.scores.metric import METRICS, EmbeddingBatch, Metric, get_metric, metric_names, registry
 
-_FORMULAS = ("CLIPSCORE_PREFIX", "MetricSpec", "clip_s", "harmonic_mean", "ref_clip_s", "ref_similarity")
+_FORMULAS = ("CLIPSCORE_PREFIX", "GlobalCosine", "clip_s", "harmonic_mean", "ref_clip_s", "ref_similarity")
 
 
 def __getattr__(name: str):

@@ -93,7 +93,7 @@ Choices the paper leaves open (and what capscore does)
   class token excluded; K is capped at the number of patches.
 
 Every F(A, obj) is requested once per call for all captions together
-(:meth:`capscore.embed.Encoder.words_in_context`: on a causal tower the phrases are packed
+(:func:`capscore.scores.abe_phrases.phrase_features`: on a causal tower the phrases are packed
 into rows where attribute prefixes with the same leading tokens share them, each token
 masked to its own phrase's causal view and no end token, which gives each phrase's own
 features) and kept in the engine's feature cache (persistent and byte-bounded with an
@@ -115,6 +115,7 @@ import torch.nn.functional as F
 
 from capscore.embed.engine import Encoder
 from capscore.errors import CapscoreError, InputError, param_error, unknown_name
+from capscore.scores.abe_phrases import phrase_features
 from capscore.scores.concepts import load_concept_pool, nearest_concepts, pool_vectors
 
 CITATION = "Zhang, Chen, Deng & Shen, ABE-CLIP: Training-Free Attribute Binding Enhancement, arXiv:2512.17178 (2025)"
@@ -412,7 +413,7 @@ def _prepare_captions(encoder: Encoder, texts: Sequence[str], config: AbeConfig)
         plans = {t: _plan_objects(encoder, t, pairs[t], len(feats[t].ids), neighbours, (tokenize, n_special))
                  for t in uniq}
     phrases = list(dict.fromkeys(ph for ps in plans.values() for p in ps for ph in p.phrases(config.negative_binding)))
-    phrase_feats = dict(zip(phrases, encoder.words_in_context(phrases))) if phrases else {}
+    phrase_feats = dict(zip(phrases, phrase_features(encoder, phrases))) if phrases else {}
 
     def F_(prefix: str, word: str) -> torch.Tensor:
         """F(prefix, word): mean of the word's tokens when the tower encodes "prefix word"."""

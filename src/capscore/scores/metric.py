@@ -1,21 +1,24 @@
-"""The one Metric protocol and the one registry every face (CLI, API, torchmetrics, report) reads.
+"""The one Metric protocol and the one registry every face (CLI, API, torchmetrics, probes, report) reads.
 
-A metric is a row: its name, what it needs from the encoder, its default
-prefix, its score range, its citation, and a ``compute`` that turns an
-:class:`EmbeddingBatch` (validated records of one medium plus lazy access to
-their embeddings) into one value per item. Metrics never own models; the
-pipeline (:mod:`capscore.pipeline`) hands them a batch whose vectors come from
-the one encoder and cache of that backbone.
+A metric is a row (:class:`Metric`) holding everything capscore knows about it, once: its name, its
+citation, the formula for each medium it scores, what the formula needs from the encoder, its
+prefix on each medium (:meth:`Metric.prefix_for`), its score range, the backbone its paper used,
+and its published constants (``Metric.w``, ``Metric.clamp``, read from its formula). A formula's
+``compute`` turns an :class:`EmbeddingBatch` (records of one medium plus lazy access to their
+embeddings) into one value per item. Metrics never own models; the faces hand them a batch whose
+vectors come from the one encoder and cache of that backbone, through
+:mod:`capscore.scores.functional` (``score_batch``, ``compute_values``) or, for the probes' pairs,
+:mod:`capscore.scores.pairs`.
 
-A metric may score images, videos or both (CLIP-S on a video is CLIP-S on the
-mean frame; PAC-S on a video is the EMScore-style PAC-S of the paper's §4.3):
-``image`` and ``video`` hold the formula for each medium, ``None`` where the
-metric does not apply.
+A metric may score images, videos or both (CLIP-S on a video is CLIP-S on the mean frame; PAC-S on a
+video is the EMScore-style PAC-S of the paper's §4.3): ``image`` and ``video`` hold the formula for
+each medium, ``None`` where the metric does not apply.
 
-Adding a metric is one formula (a class with ``needs`` and ``compute``) plus
-one :func:`register` call in its family's module; every ``--metric`` choice
-list, ``capscore.score``, ``CaptionScore`` and the report then know it
-(tests/test_conformance.py runs each registered metric through every face).
+Adding a metric is one formula (a class with ``needs``, ``columns`` and ``compute``) plus one
+:func:`register` call in its family's module; every ``--metric`` choice list, ``capscore.score``,
+``score_batch``, ``CaptionScore``, the probes' ``--scorer`` (a reference-free image metric) and the
+report then know it (tests/test_conformance.py and tests/test_metric_registry.py run each registered
+metric through every face).
 """
 from __future__ import annotations
 
@@ -118,26 +121,44 @@ class EmbeddingBatch:
         return dict(zip(uniq, self.encoder.text_tokens(uniq)))
 
 
+#: The backbone a metric's paper scored with when the row names none, and the default ``--model`` of every
+#: face: CLIP-S's (Hessel et al. 2021, ViT-B/32 with OpenAI's weights). Offline: ``scenes-tiny``.
+DEFAULT_MODEL = "ViT-B-32/openai"
+
+
 @dataclass(frozen=True)
 class Metric:
-    """One row of the registry. ``image`` / ``video``: the formula for each medium (None: not defined)."""
+    """One row of the registry: everything capscore knows about a metric, written once.
+
+    ``image`` / ``video``: the formula for each medium (None: not defined). ``needs_refs`` defaults to
+    whether a formula declares ``refs`` in its needs. ``prefix`` / ``video_prefix``: the text the
+    metric's reference code prepends to captions and references on each medium (:meth:`prefix_for`).
+    ``range``: the score's range on images. ``default_model``: the backbone the metric's paper used (a
+    name ``capscore models`` knows; "" for text-only metrics). ``weights_check(spec, family)``: a warning
+    when a backbone's weights are not the ones the metric was made for (the numbers are still computed),
+    else None; None = any CLIP-style weights fit. The published constants of a formula (the weight ``w``,
+    the clamp) are read through the row (:attr:`w`, :attr:`clamp`).
+    """
 
     name: str
     citation: str
     image: Formula | None = None
     video: Formula | None = None
-    needs_refs: bool = False
-    prefix: str = ""  # default prefix on images (the reference code's; "" = none)
-    video_prefix: str = ""  # default prefix on videos (EMScore and PAC-S video prepend nothing)
+    needs_refs: bool | None = None
+    prefix: str = ""
+    video_prefix: str = ""
     range: tuple[float, float] = (0.0, math.inf)
     note: str = ""
-    default_model: str = "ViT-B-32/openai"  # the backbone the metric's paper used (a name `capscore models` knows)
-    # (spec, family) of a backbone -> a warning when its weights are not the ones the metric was made for
-    # (the numbers are still computed), else None; None = any CLIP-style weights fit
+    default_model: str = DEFAULT_MODEL
     weights_check: Any = None
     # a zero-argument factory of the metric's own headline (capscore.scores.aggregate.Aggregate, e.g. a
     # corpus-level score from per-item statistics); None: the headline is the mean of the per-item scores
     aggregate: Any = None
+
+    def __post_init__(self) -> None:
+        if self.needs_refs is None:
+            refs = any("refs" in getattr(self, m).needs for m in self.media)
+            object.__setattr__(self, "needs_refs", refs)
 
     @property
     def media(self) -> tuple[str, ...]:
@@ -160,20 +181,26 @@ class Metric:
         """Extra row columns beside the score (e.g. image_score, ref_score)."""
         return tuple(self.formula(medium).columns)
 
-    def default_prefix_for(self, medium: str) -> str:
+    def prefix_for(self, medium: str = "image", override: str | None = None) -> str:
+        """The prefix a run prepends to captions and references: ``override`` when given (``""`` = none),
+        else the metric's own on ``medium``. Every face resolves it here, so they all score the same text."""
+        if override is not None:
+            return override
         return self.video_prefix if medium == "video" else self.prefix
 
     def compute(self, batch: EmbeddingBatch) -> Values:
         return self.formula(batch.medium).compute(batch)
 
-    # the CLIPScore family's attributes, kept on the row for readers of the formulas
-    @property
-    def default_prefix(self) -> str:
-        return self.prefix
-
     @property
     def w(self) -> float:
-        return getattr(self.image, "w", math.nan)
+        """The weight of a CLIPScore-style formula (2.5 for CLIP-S, 2 for PAC-S, 1 for cosine); NaN for others."""
+        w = getattr(self.image or self.video, "w", None)
+        return math.nan if w is None else w
+
+    @property
+    def clamp(self) -> bool | None:
+        """Whether each pair's cosine is clamped at 0 (CLIP-S, PAC-S) or not (cosine); None where it does not apply."""
+        return getattr(self.image or self.video, "clamp", None)
 
 
 METRICS: dict[str, Metric] = {}

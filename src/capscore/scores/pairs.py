@@ -1,107 +1,94 @@
-"""Pair scorers: the one protocol through which probes, suites and meta-evaluation score.
+"""Pair scorers: the one protocol through which probes, suites and retrieval re-ranking score.
 
 A pair scorer takes an :class:`~capscore.embed.Encoder` and aligned sequences
 of images and texts and returns one float per (image, text) pair, higher =
-better match. Global cosine is the default; ABE-CLIP (``capscore.scores.abe``)
-and the reference-free CLIPScore-family metrics (``clip-s``, ``pac-s``, ``mcs``, by
-their :class:`~capscore.scores.clipscore.MetricSpec`) provide others. Probes never see models, only
-a scorer and an encoder, so one encoding pass (and its cache) serves them all.
+better match. Every named scorer is a registered metric
+(:mod:`capscore.scores.metric`) that needs no references: ``cosine`` (the
+default), ``clip-s``, ``pac-s``, ``mcs``, ``abe`` (ABE-CLIP) and any metric
+registered later. :class:`MetricPairScorer` hands the metric's own
+``Metric.compute`` one :class:`~capscore.scores.metric.EmbeddingBatch` of the
+pairs, with the prefix resolved by the row (``Metric.prefix_for``), so a probe
+scores exactly what ``capscore score`` scores. Probes never see models, only a
+scorer and an encoder, so one encoding pass (and its cache) serves them all.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
+from capscore.data.records import Record
 from capscore.embed.engine import Encoder
 from capscore.errors import CapscoreError, unknown_name
+from capscore.scores.metric import EmbeddingBatch, Metric, get_metric, registry
 
 PairScorer = Callable[[Encoder, Sequence, Sequence[str]], torch.Tensor]
 
 
-def cosine_pairs(encoder: Encoder, images: Sequence, texts: Sequence[str]) -> torch.Tensor:
-    """cos(image_i, text_i) for each i (unclamped, unweighted)."""
-    img = encoder.encode_images(images)
-    txt = encoder.encode_texts(texts)
-    return (img * txt).sum(-1)
-
-
-def text_text_cosine(encoder: Encoder, a: Sequence[str], b: Sequence[str]) -> torch.Tensor:
-    """cos(a_i, b_i) between texts (for text-only probes such as SugarCrepe++ TOT or LGIP)."""
-    return (encoder.encode_texts(a) * encoder.encode_texts(b)).sum(-1)
-
-
 @dataclass(frozen=True)
 class MetricPairScorer:
-    """A reference-free CLIPScore-family metric (``clip-s``, ``pac-s``, ``mcs``) as a pair scorer.
+    """A registered reference-free image metric as a pair scorer: ``metric.compute`` on the pairs.
 
-    Scores ``spec.compute(image, prefix + text)`` per pair, e.g. MCS = 2.5 · max(0, cos)
-    (PR-MCS §3.1). The prefix is applied here, to every text the probe scores.
+    ``prefix`` is prepended to every text the probe scores (resolved from the row when the scorer is made);
+    ``options`` are the formula's (``{"abe": {...}}`` for ABE-CLIP). The pairs are trusted (a probe builds
+    them), so no record check runs: an empty perturbed caption is scored as the encoder encodes it.
+    Returns float64 scores, one per pair.
     """
 
-    spec: object  # capscore.scores.clipscore.MetricSpec (a registry row's image formula)
+    metric: Metric
     prefix: str = ""
+    options: Mapping = field(default_factory=dict)
 
     @property
     def name(self) -> str:
-        return self.spec.name
+        return self.metric.name
 
     def __call__(self, encoder: Encoder, images: Sequence, texts: Sequence[str]) -> torch.Tensor:
-        img = encoder.encode_images(images)
-        txt = encoder.encode_texts([self.prefix + t for t in texts])
-        return self.spec.formula(img, txt)
+        records = [Record(str(i), image, text) for i, (image, text) in enumerate(zip(images, texts, strict=True))]
+        values = self.metric.compute(EmbeddingBatch(encoder, records, self.prefix, "image", self.options))
+        return torch.tensor(values.scores, dtype=torch.float64)
 
 
-@dataclass(frozen=True)
-class _Prefixed:
-    """Another pair scorer applied to ``prefix + text`` (a prefix given to ``cosine`` or ``abe``)."""
+def cosine_pairs(encoder: Encoder, images: Sequence, texts: Sequence[str]) -> torch.Tensor:
+    """cos(image_i, text_i) for each i (unclamped, unweighted): the registered metric ``cosine``."""
+    return get_pair_scorer("cosine")(encoder, images, texts)
 
-    inner: Callable
-    prefix: str
-    name: str
 
-    def __call__(self, encoder: Encoder, images: Sequence, texts: Sequence[str]) -> torch.Tensor:
-        return self.inner(encoder, images, [self.prefix + t for t in texts])
+def text_text_cosine(encoder: Encoder, a: Sequence[str], b: Sequence[str]) -> torch.Tensor:
+    """cos(a_i, b_i) between texts (SugarCrepe++'s text-only TOT): no image, so no image metric applies."""
+    return (encoder.encode_texts(a) * encoder.encode_texts(b)).sum(-1)
 
 
 def pair_scorer_names() -> list[str]:
-    """Every name :func:`get_pair_scorer` accepts: cosine, abe and the reference-free registered metrics."""
-    from capscore.scores.clipscore import MetricSpec
-    from capscore.scores.metric import registry
-
-    return ["cosine", "abe"] + [n for n, m in registry().items()
-                                if isinstance(m.image, MetricSpec) and not m.needs_refs]
+    """Every name :func:`get_pair_scorer` accepts: the registered image metrics that need no references."""
+    return [n for n, m in registry().items() if m.image is not None and not m.needs_refs]
 
 
 def get_pair_scorer(name: str, *, prefix: str | None = None, **options) -> PairScorer:
-    """The pair scorer called ``name``.
+    """The pair scorer of the registered metric ``name`` (see :func:`pair_scorer_names`).
 
-    ``cosine`` (global CLIP similarity), ``abe`` (ABE-CLIP; ``options`` go to its config) or
-    a reference-free metric of :mod:`capscore.scores.clipscore` (``clip-s``, ``pac-s``,
-    ``mcs``): each pair scores as the metric's formula. ``prefix``: ``None`` gives the
-    scorer's own (:func:`~capscore.scores.clipscore.resolve_prefix`: "A photo depicts "
-    for clip-s and pac-s, none for mcs and abe, none for cosine); ``""`` none. The scorer
-    prepends it itself, so callers pass captions as written. Reference-based metrics
-    (refclip-s, refpac-s) have no pair form: a probe scores (image, text) pairs only.
+    ``cosine`` (global CLIP similarity), ``clip-s``, ``pac-s``, ``mcs``, ``abe`` (ABE-CLIP; ``options``
+    are its :class:`~capscore.scores.abe.AbeConfig` fields and ``ablation``): each pair scores as the
+    metric scores it. ``prefix``: ``None`` gives the metric's own (``Metric.prefix_for``: "A photo
+    depicts " for clip-s and pac-s, none for mcs, abe and cosine); ``""`` none. The scorer prepends it
+    itself, so callers pass captions as written. Reference-based metrics (refclip-s, refpac-s) have no
+    pair form: a probe scores (image, text) pairs only.
     """
-    from capscore.scores.clipscore import resolve_prefix
-    from capscore.scores.metric import METRICS, get_metric
+    from capscore.validate import check_str
 
-    if name not in ("cosine", "abe") and options:
-        raise CapscoreError(f"options {sorted(options)} apply to the abe scorer only; got scorer {name!r}")
-    if name == "cosine":
-        return cosine_pairs if not prefix else _Prefixed(cosine_pairs, prefix, "cosine")
-    if name == "abe":
-        from capscore.scores.abe import make_abe_scorer  # provided by the ABE-CLIP module
-
-        abe = make_abe_scorer(**options)
-        return abe if not prefix else _Prefixed(abe, prefix, "abe")
+    check_str(prefix, "prefix", "get_pair_scorer", optional=True)
     names = pair_scorer_names()
     if name not in names:
-        if name in METRICS:
+        if name in registry() and registry()[name].needs_refs:
             raise CapscoreError(f"scorer {name!r} needs references; a probe scores (image, text) pairs: "
                                 f"use one of {', '.join(names)}")
         raise unknown_name("scorer", name, names)
+    if options and name != "abe":
+        raise CapscoreError(f"options {sorted(options)} apply to the abe scorer only; got scorer {name!r}")
+    if options:
+        from capscore.scores.abe import make_config
+
+        make_config(**options)  # unknown options and bad values fail here, before any pair is scored
     row = get_metric(name)
-    return MetricPairScorer(row.image, resolve_prefix(row, prefix))
+    return MetricPairScorer(row, row.prefix_for("image", prefix), {"abe": dict(options)} if options else {})

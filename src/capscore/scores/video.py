@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from capscore.errors import CapscoreError, InputError, unknown_name
+from capscore.errors import CapscoreError, InputError
 
 if TYPE_CHECKING:  # torch and the engine load where a formula runs: the registry's names are known without them
     import torch
@@ -169,26 +169,31 @@ VIDEO_PARTS = ("coarse", "fine_p", "fine_r", "fine_f", "ref_coarse", "ref_fine_f
 
 
 @dataclass(frozen=True)
-class VideoMetric:
-    """A video formula: what it needs, how its final value is formed, where it comes from.
+class VideoFormula:
+    """A video formula: how its final value is formed (``final``: ``"clip-s"`` on the mean frame, ``"em"``
+    EMScore(X, V), ``"ref-em"`` with references), how the best reference is chosen (``ref_max``, see
+    :func:`best_reference`) and the CLIP-S weight. The registry rows (:mod:`capscore.scores.metric`,
+    registered in :mod:`capscore.scores.clipscore`) use these as their ``video`` formula and hold the rest
+    (name, citation, prefix)."""
 
-    The registry rows (:mod:`capscore.scores.metric`, registered in :mod:`capscore.scores.clipscore`)
-    use these as their ``video`` formula.
-    """
-
-    name: str
-    needs_refs: bool
     final: str  # "clip-s" | "em" | "ref-em"
     ref_max: str = "score"
-    w: float = 2.5
-    citation: str = ""
-    note: str = ""
+    w: float | None = None  # CLIP-S on the mean frame: w · max(cos, 0); EMScore has no weight
 
     columns = VIDEO_PARTS
 
     @property
+    def clamp(self) -> bool | None:
+        return True if self.final == "clip-s" else None  # EMScore's raw cosines are not clamped
+
+    @property
+    def needs_refs(self) -> bool:
+        return self.final == "ref-em"
+
+    @property
     def needs(self) -> frozenset:
-        return frozenset({"frames", "global"} | ({"tokens"} if self.final != "clip-s" else set()))
+        return frozenset({"frames", "global"} | ({"tokens"} if self.final != "clip-s" else set())
+                         | ({"refs"} if self.needs_refs else set()))
 
     def compute(self, batch) -> "Values":
         """Scores of an :class:`~capscore.scores.metric.EmbeddingBatch` of video records
@@ -208,29 +213,14 @@ class VideoMetric:
         return Values([f["score"] for f in fields], {k: [f[k] for f in fields] for k in VIDEO_PARTS})
 
 
-VIDEO_METRICS: dict[str, VideoMetric] = {
-    m.name: m
-    for m in [
-        VideoMetric("clip-s", False, "clip-s", citation="Hessel et al., CLIPScore, EMNLP 2021 (on the mean frame)",
-                    note="2.5 · max(cos(caption, mean frame), 0)"),
-        VideoMetric("pac-s", False, "em", citation="Sarto et al., PAC-S, CVPR 2023, §4.3",
-                    note="(coarse + fine F)/2; use with PAC-S weights"),
-        VideoMetric("refpac-s", True, "ref-em", "score", citation="Sarto et al., PAC-S, CVPR 2023, §4.3",
-                    note="(PAC-S(c, V) + max_r Score(c, r))/2, best reference by its full score"),
-        VideoMetric("emscore", False, "em", citation="Shi et al., EMScore, CVPR 2022",
-                    note="EMScore(X, V) = (coarse + fine F)/2 with CLIP weights"),
-        VideoMetric("emscore-ref", True, "ref-em", "component", citation="Shi et al., EMScore, CVPR 2022",
-                    note="EMScore(X, V, X*): components maxed over references separately (reference code)"),
-    ]
+#: the video formula of each registry row that scores videos (by the row's name)
+VIDEO_METRICS: dict[str, VideoFormula] = {
+    "clip-s": VideoFormula("clip-s", w=2.5),  # 2.5 · max(cos(caption, mean frame), 0)
+    "pac-s": VideoFormula("em"),  # (coarse + fine F)/2; PAC-S §4.3, with PAC-S weights
+    "refpac-s": VideoFormula("ref-em", "score"),  # (PAC-S(c, V) + max_r Score(c, r))/2, best reference by its score
+    "emscore": VideoFormula("em"),  # EMScore(X, V) with CLIP weights
+    "emscore-ref": VideoFormula("ref-em", "component"),  # EMScore(X, V, X*): each component maxed separately
 }
-
-
-def get_video_metric(name: str | VideoMetric) -> VideoMetric:
-    if isinstance(name, VideoMetric):
-        return name
-    if name not in VIDEO_METRICS:
-        raise unknown_name("video metric", name, VIDEO_METRICS)
-    return VIDEO_METRICS[name]
 
 
 @dataclass(frozen=True)
@@ -249,7 +239,7 @@ class VideoResult:
                 "ref_coarse": None if r is None else r.coarse, "ref_fine_f": None if r is None else r.fine_f}
 
 
-def combine(metric: VideoMetric, frames: torch.Tensor, cand: TokenFeatures | torch.Tensor,
+def combine(metric: VideoFormula, frames: torch.Tensor, cand: TokenFeatures | torch.Tensor,
             refs: Sequence[TokenFeatures] = (), *, idf: Mapping[int, float] | None = None) -> VideoResult:
     """One pair's result from its embeddings (pure). ``cand`` is a global vector for clip-s."""
     from capscore.embed.engine import TokenFeatures
