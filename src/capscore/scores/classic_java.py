@@ -254,6 +254,7 @@ class Meteor:
         jar = pycoco_dir() / "meteor" / "meteor-1.5.jar"
         self._p = JavaProcess([exe, *_JVM_LOCALE, "-jar", "-Xmx2G", str(jar), "-", "-", "-stdio", "-l", "en",
                                "-norm"], cwd=jar.parent, what="METEOR", timeout=timeout)
+        self._lock = threading.Lock()  # one exchange at a time: answers come back in the order asked
 
     @property
     def alive(self) -> bool:
@@ -265,8 +266,9 @@ class Meteor:
         lines = []
         for hyp, refs in pairs:
             lines.append(" ||| ".join(("SCORE", " ||| ".join(meteor_safe(r) for r in refs), meteor_safe(hyp))))
-        answers = self._p.exchange(("\n".join(lines) + "\n").encode("utf-8"), len(lines),
-                                   name=lambda i: names[i])
+        with self._lock:
+            answers = self._p.exchange(("\n".join(lines) + "\n").encode("utf-8"), len(lines),
+                                       name=lambda i: names[i])
         for i, a in enumerate(answers):
             if not _is_stats(a):
                 self.close()
@@ -275,7 +277,8 @@ class Meteor:
 
     def evaluate(self, stats: Sequence[str]) -> tuple[list[float], float]:
         """(per-segment scores, aggregate score) of the jar for these statistics lines."""
-        answers = self._p.exchange(("EVAL ||| " + " ||| ".join(stats) + "\n").encode("utf-8"), len(stats) + 1)
+        with self._lock:
+            answers = self._p.exchange(("EVAL ||| " + " ||| ".join(stats) + "\n").encode("utf-8"), len(stats) + 1)
         try:
             values = [float(a) for a in answers]
         except ValueError:
