@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import pytest
 
 ALL = ["bleu1", "bleu2", "bleu3", "bleu4", "rouge-l", "cider", "meteor"]
 
@@ -103,10 +104,17 @@ def _ref_meteor():
     return _REF_METEOR[0]
 
 
-def close_ref_meteor() -> None:
-    """End the shared pycocoevalcap ``Meteor`` (its ``__del__`` kills the jar)."""
+@pytest.fixture(scope="module")
+def session():
+    """One capscore session for a test module (its own METEOR process), and pycocoevalcap's ``Meteor`` ended
+    after it. Not entered: the module's other tests must not run inside it."""
+    from capscore.scores.classic import ClassicSession
+
+    s = ClassicSession()
+    yield s
+    s.close()
     if _REF_METEOR:
-        _REF_METEOR.pop()
+        _REF_METEOR.pop()  # its __del__ kills the jar
 
 
 def pycoco_direct(gts, res, names=ALL) -> dict[str, tuple[float, np.ndarray]]:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from capscore.errors import CapscoreError, InputError  # noqa: E402
 from capscore.scores import classic, classic_java  # noqa: E402
-from classic_sets import ALL, close_ref_meteor, ptb_direct, pycoco_direct  # noqa: E402
+from classic_sets import ALL, ptb_direct, pycoco_direct, session  # noqa: E402, F401
 from test_classic_metrics import CANDS, REFS  # noqa: E402
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="no Java (PTB tokenizer, METEOR)")
@@ -33,14 +33,6 @@ def normalised(text: str) -> str:
     surrogates -> U+FFFD."""
     return "".join(" " if unicodedata.category(c) in ("Cc", "Zl", "Zp") else "\ufffd"
                    if unicodedata.category(c) == "Cs" else c for c in text)
-
-
-@pytest.fixture(scope="module")
-def session():
-    s = classic.ClassicSession()  # not entered: the module's other tests must not run inside it
-    yield s
-    s.close()
-    close_ref_meteor()
 
 
 # ------------------------------------------------------------------------------------ separators

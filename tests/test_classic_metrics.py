@@ -16,7 +16,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from capscore.errors import CapscoreError  # noqa: E402
 from capscore.scores import classic  # noqa: E402
-from classic_sets import ALL, close_ref_meteor, coco_like, ptb_direct, pycoco_direct  # noqa: E402
+from classic_sets import ALL, coco_like, ptb_direct, pycoco_direct, session  # noqa: E402, F401
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="no Java (PTB tokenizer, METEOR)")
 TEXT_METRICS = ALL[:6]
@@ -29,15 +29,6 @@ REFS = [["a man rides a horse along the beach", "a person riding a horse near th
         ["a woman with an umbrella walks in the rain", "someone holds an umbrella while it rains"],
         ["a cat sits on a table", "a grey cat on a wooden table"],
         ["kids playing football on a field", "a group of children play soccer in the park"]]
-
-
-@pytest.fixture(scope="module")
-def session():
-    """One capscore session for the module's parity tests (its own METEOR process)."""
-    s = classic.ClassicSession()  # not entered: the module's other tests must not run inside it
-    yield s
-    s.close()
-    close_ref_meteor()
 
 
 def assert_equal_to_pycoco(got, want, tol=1e-12):
