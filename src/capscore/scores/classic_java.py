@@ -3,10 +3,10 @@
 Every tool here reads text a line at a time, so a text holding a line break would shift every text after it
 (and, cached, poison later calls). :func:`line_safe` is applied to every text before it reaches a tool:
 every character that any of them — or Python's ``str.splitlines`` — treats as a line break, and every other
-control character, becomes a space (measured on the PTB jar over all of Unicode: ``\\n``, ``\\r``, ``\\v``,
-``\\f``, U+2028 and U+2029 start a new line there; ``\\x1c``–``\\x1e`` and U+0085 are line breaks for
-Python). Answers are then matched back by text, not by position, and their number is checked, so a tool
-that still splits or drops a line is a one-line error, never a silently shifted result.
+control character, becomes a space (of all Unicode, ``\\n``, ``\\r``, ``\\v``, ``\\f``, U+2028 and U+2029
+start a new line in the PTB jar; ``\\x1c``–``\\x1e`` and U+0085 are line breaks for Python). Answers are
+then matched back by text, not by position, and their number is checked, so a tool that still splits or
+drops a line is a one-line error, never a silently shifted result.
 
 METEOR's ``-stdio`` protocol separates fields with ``|||``: :func:`meteor_safe` removes it from every
 hypothesis and reference (pycocoevalcap removes it from the hypothesis only, so a reference holding it
@@ -42,6 +42,7 @@ PUNCTUATIONS = frozenset(["''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB
                           ".", "?", "!", ",", ":", "-", "--", "...", ";"])
 # the Java tools parse their own numbers with the JVM's locale (METEOR's Scanner.nextDouble): pin it
 _JVM_LOCALE = ("-Duser.language=en", "-Duser.country=US")
+
 
 def _unsafe_table() -> dict[int, str]:
     table = {c: " " for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}  # Cc, Zl, Zp
@@ -175,7 +176,7 @@ class JavaProcess:
                 if raw is None:
                     if close_input:
                         break
-                    self.proc.wait(timeout=5)
+                    self.settle()
                     msg = self.last_error()
                     self.close()
                     raise CapscoreError(f"{self.what} (java) stopped{self._where(name, len(out))}: {msg}")
@@ -184,6 +185,13 @@ class JavaProcess:
             self.close()  # a half-finished exchange leaves the protocol out of step: never reuse it
             raise
         return out
+
+    def settle(self, timeout: float = 5.0) -> int | None:
+        """Wait up to ``timeout`` seconds for the process to end; its exit code, or None if it has not."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def _write(self, payload: bytes, close_input: bool) -> None:
         try:
@@ -233,8 +241,7 @@ def ptb_tokenize(texts: Sequence[str], *, timeout: float) -> list[str]:
                        timeout=timeout)
     try:
         lines = proc.exchange(("\n".join(texts) + "\n").encode("utf-8"), 0, close_input=True)
-        proc.proc.wait(timeout=timeout)
-        if proc.proc.returncode != 0:
+        if proc.settle(timeout) != 0:
             raise CapscoreError(f"the PTB tokenizer (java) failed: {proc.last_error()}")
     finally:
         proc.close()
