@@ -153,8 +153,9 @@ class ClassicStats:
         rows = self._summable() if self.kind != "mean" else None
         for start in range(0, len(idx), _RESAMPLE_BLOCK):
             block = idx[start:start + _RESAMPLE_BLOCK]
-            counts = np.zeros((len(block), len(self)))
-            np.add.at(counts, (np.repeat(np.arange(len(block)), block.shape[1]), block.ravel()), 1.0)
+            rows_of = np.arange(len(block))[:, None] * len(self)
+            counts = np.bincount((rows_of + block).ravel(), minlength=len(block) * len(self)).reshape(
+                len(block), len(self)).astype(float)  # how often each item is drawn, per resample
             if rows is None:
                 ok = ~np.isnan(self.values)
                 with np.errstate(invalid="ignore", divide="ignore"):
