@@ -537,10 +537,12 @@ class ClassicFormula:
         """The batch's :class:`~capscore.scores.classic_stats.ClassicStats` (values and corpus headline)."""
         from capscore._log import warn
 
-        res = classic_scores([self.metric], [batch.prefix + r.caption for r in batch.records],
-                             [[batch.prefix + x for x in r.refs] for r in batch.records],
-                             tokenizer=batch.options.get("tokenizer", "ptb"),
-                             backend=batch.options.get("classic_backend", "native"))[self.metric]
+        with _session() as s:
+            res = s.score([self.metric], [batch.prefix + r.caption for r in batch.records],
+                          [[batch.prefix + x for x in r.refs] for r in batch.records],
+                          tokenizer=batch.options.get("tokenizer", "ptb"),
+                          backend=batch.options.get("classic_backend", "native"),
+                          ids=[r.id for r in batch.records])[self.metric]
         for w in res.warnings:
             warn(w)
         return res
