@@ -246,7 +246,7 @@ def test_summary_merges_states_to_the_one_pass_numbers_and_carries_a_metric_aggr
     from capscore.pipeline import FileOutput
 
     text = format_summary({"runs": [d]}, FileOutput(Path("o.jsonl")))
-    assert f"max {max(scores):.4f}, mean {want:.4f}" in text
+    assert f"headline max {max(scores):.4f}, mean per-caption score {want:.4f}" in text
 
 
 def test_sharded_rows_name_their_system_after_the_source(tmp_path):

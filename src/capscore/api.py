@@ -111,16 +111,20 @@ def score(
     context_length: int | None = None,
     skip_bad: bool = False,
     as_frame: bool = False,
+    aggregate: bool = False,
 ):
     """Score captions against images; the numbers ``capscore score`` writes for the same inputs.
 
     Parameters
     ----------
-    images : sequence of paths, PIL images, tensors or arrays, or a batched tensor/array (module docstring).
+    images : sequence of paths, PIL images, tensors or arrays, or a batched tensor/array (module docstring);
+        ``None`` when every metric reads text only (bleu1-4, meteor, rouge-l, cider, spice).
     captions : one string per image, or one list of candidate strings per image (one row per candidate).
-    refs : optional, one list of reference strings (or one string) per image; needed by refclip-s/refpac-s.
+    refs : optional, one list of reference strings (or one string) per image; needed by refclip-s/refpac-s
+        and the classic metrics.
     model : a model name (``capscore models``), a Backbone or an Encoder; or a list of names. Default
-        ``ViT-B-32/openai``, CLIP-S's backbone; offline, ``model="scenes-tiny"`` is the bundled model.
+        ``ViT-B-32/openai``, CLIP-S's backbone; offline, ``model="scenes-tiny"`` is the bundled model. The
+        text-only metrics load no model (their rows' ``model`` is None).
     metric : any registered image metric (``capscore.scores.metric_names("image")``), or a list. Default:
         refclip-s when ``refs`` are given (its rows also carry the CLIP-S part, ``image_score``), else clip-s.
     prefix : prepended to captions and references; default the metric's own ("A photo depicts " for the
@@ -130,47 +134,96 @@ def score(
     skip_bad : a bad item gives None (and an ``error`` in the frame) instead of raising.
     as_frame : return a pandas DataFrame (needed for several models or metrics) with columns
         ``model, metric, index, candidate, caption, score, error`` (+ each metric's extra columns, e.g.
-        ``image_score, ref_score`` for the reference-based metrics).
+        ``image_score, ref_score`` for the reference-based metrics, ``stats`` for BLEU and METEOR); its
+        ``attrs["headlines"]`` holds each (model, metric)'s headline (as ``aggregate=True`` gives it).
+    aggregate : return the headline instead of the per-caption scores: what ``capscore score`` prints and
+        papers report — corpus BLEU-n, METEOR's aggregate (the jar's), the mean for ROUGE-L, CIDEr-D, SPICE
+        and every other metric. A float for one metric (``metric="bleu4"``), a ``{metric: value}`` dict for a
+        list of metrics; one model. The per-caption values are sentence-level (docs/classic.md).
 
-    Returns ``list[float | None]`` (one per caption, in order) or a DataFrame.
+    Returns ``list[float | None]`` (one per caption, in order), a DataFrame, or the headline(s).
     """
     return _score(images, captions, refs, func="capscore.score", name=validate.item_name, model=model,
                   metric=metric, prefix=prefix, device=device, dtype=dtype, cache=cache, batch_size=batch_size,
-                  seed=seed, context_length=context_length, skip_bad=skip_bad, as_frame=as_frame)
+                  seed=seed, context_length=context_length, skip_bad=skip_bad, as_frame=as_frame,
+                  aggregate=aggregate)
 
 
 def _score(images, captions, refs, *, func: str, name, model, metric, prefix, device, dtype, cache, batch_size, seed,
-           context_length, skip_bad, as_frame):
+           context_length, skip_bad, as_frame, aggregate=False):
+    from capscore.pipeline import default_metric
+    from capscore.scores.metric import get_metric
+
+    validate.check_bool(aggregate, "aggregate", func)
+    models = _names(model, "model")
+    several_metrics = isinstance(metric, (list, tuple))
+    metrics = _names(default_metric(has_refs=refs is not None, models=models) if metric is None else metric,
+                     "metric")
+    text_only = all(get_metric(m).text_only("image") for m in metrics)  # an unknown name fails here
+    if images is None:
+        if not text_only:
+            raise param_error("images", func, "the images the metrics score (None only when every metric reads "
+                              "text only: bleu1-4, meteor, rouge-l, cider, spice)", images)
+        if isinstance(captions, (str, bytes)) or not hasattr(captions, "__len__"):
+            raise param_error("captions", func, "a list of strings, one per item", captions)
+        from capscore.data.images import ImageRef
+
+        images = [ImageRef(name=name("captions", i)) for i in range(len(captions))]
     bad = validate.check_score_args(func, images, captions, refs, name=name, batch_size=batch_size, seed=seed,
                                     context_length=context_length, skip_bad=skip_bad, as_frame=as_frame,
                                     prefix=prefix, device=device, dtype=dtype)
     from capscore.data.sources import InMemory
-    from capscore.pipeline import ScoreJob, default_metric, iter_rows
+    from capscore.pipeline import ScoreJob, Summary, iter_rows
 
-    models = _names(model, "model")
-    metrics = _names(default_metric(has_refs=refs is not None, models=models) if metric is None else metric,
-                     "metric")
-    if (len(models) > 1 or len(metrics) > 1) and not as_frame:
+    if text_only:
+        models = []  # the text-only metrics load no model
+    if aggregate and (as_frame or len(models) > 1):
+        raise CapscoreError(f"{func}: aggregate=True gives the headline of one model's metrics; for several models "
+                            "pass as_frame=True (its attrs['headlines'] holds each one)")
+    if (len(models) > 1 or len(metrics) > 1) and not (as_frame or aggregate):
         raise CapscoreError(f"{func}: several models or metrics give a table; pass as_frame=True")
+    if text_only and refs is None:  # the text-only metrics are all reference-based
+        raise param_error("refs", func, f"one list of references per image ({', '.join(metrics)} compare each "
+                          "caption with its references)", refs)
     items, index = _items(list(images), captions, refs, bad, name)
     # the job checks the metric names (did-you-mean, the medium) before any model is loaded
     job = ScoreJob(source=InMemory(tuple(items)), models=tuple(models), metrics=tuple(metrics), prefix=prefix,
                    skip_bad=skip_bad, chunk_size=max(1, len(items)), progress=False)
     encoders = {}
-    for mdl in models:
+    for mdl in models if job.encodes else ():
         enc = get_encoder(mdl, device=device, dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
                           context_length=context_length)
         encoders[mdl if isinstance(mdl, str) else enc.backbone.spec] = enc
-    rows = []
+    rows, summaries = [], {}
     for k, r in enumerate(iter_rows(job, encoders=encoders)):
         i, j = index[k % len(items)]
+        key = (r["model"], r["metric"])
+        if key not in summaries:
+            summaries[key] = Summary(r["metric"], model=r["model"])
+        summaries[key].add(r)
         extra = {c: r[c] for c in r if c not in _ROW_KEYS}
         rows.append({"model": r["model"], "metric": r["metric"], "index": i, "candidate": j, "caption": r["caption"],
                      "score": r["score"], "error": r["error"], **extra})
+    heads = [_headline(s) for s in summaries.values()]
+    if aggregate:
+        values = {h["metric"]: h["value"] for h in heads}
+        return values if several_metrics else values[metrics[0]]
     if not as_frame:
         return [r["score"] for r in rows]
     pd = require("pandas", purpose="a DataFrame result (as_frame=True)")
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    frame.attrs["headlines"] = heads
+    return frame
+
+
+def _headline(summary) -> dict:
+    """A (model, metric)'s headline from its summary: the metric's own aggregate (corpus BLEU, ...), else the
+    mean; with the mean of the per-caption scores and what they are."""
+    d = summary.as_dict()
+    own = d.get("aggregate") or {}
+    return {"model": d["model"], "metric": d["metric"], "headline": own.get("name", "mean"),
+            "value": own["value"] if own else d["mean"], "mean": d["mean"], "count": d["count"],
+            "per_caption": own.get("per_caption", "")}
 
 
 _ROW_KEYS = frozenset({"id", "image", "caption", "system", "model", "metric", "score", "error"})
@@ -205,6 +258,7 @@ def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = Non
     long = _score(list(df[image_col]), list(df[caption_col]), refs, func=func, name=name, model=model, metric=metric,
                   as_frame=True, **{**defaults, **options})
     out = df.copy()
+    out.attrs["headlines"] = long.attrs["headlines"]
     pairs = list(dict.fromkeys(zip(long["model"], long["metric"])))
     for mdl, met in pairs:
         part = long[(long["model"] == mdl) & (long["metric"] == met)]

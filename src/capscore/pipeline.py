@@ -147,10 +147,12 @@ def is_folder_output(path: str | Path) -> bool:
 class ScoreJob:
     """What to score: ``source`` items with every model × metric.
 
-    ``models``: ``--model`` strings, or loaded Backbones/Encoders (the API). ``options``: formula options —
-    ``abe`` (dict of ABE-CLIP's k/p/omega/pool), ``sampling`` (video frames), ``idf`` (bool: EMScore idf
-    from the references, else the captions). ``metric_choice``: why the metric was chosen when the caller
-    named none (:func:`choose_metric`; recorded in the summary).
+    ``models``: ``--model`` strings, or loaded Backbones/Encoders (the API); a text-only metric
+    (:meth:`Metric.text_only`: BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE) is scored once, with no model, so a
+    job of text-only metrics names none. ``options``: formula options — ``abe`` (dict of ABE-CLIP's
+    k/p/omega/pool), ``sampling`` (video frames), ``idf`` (bool: EMScore idf from the references, else the
+    captions), ``tokenizer`` and ``classic_backend`` (the classic metrics). ``metric_choice``: why the
+    metric was chosen when the caller named none (:func:`choose_metric`; recorded in the summary).
     """
 
     source: object  # capscore.data.sources: CaptionFiles | ShardedSource | InMemory
@@ -169,9 +171,12 @@ class ScoreJob:
     def medium(self) -> str:
         return getattr(self.source, "medium", "image")
 
+    @property
+    def encodes(self) -> bool:
+        """Whether a metric of the job needs a backbone (else its models are not loaded)."""
+        return not all(get_metric(n).text_only(self.medium) for n in self.metrics)
+
     def __post_init__(self) -> None:
-        if not self.models:
-            raise CapscoreError("The 'models' parameter must name at least one model; got none instead.")
         if not self.metrics:
             raise CapscoreError("The 'metrics' parameter must name at least one metric; got none instead.")
         if not isinstance(self.chunk_size, int) or self.chunk_size < 1:
@@ -179,9 +184,13 @@ class ScoreJob:
                                 "instead.")
         for name in self.metrics:
             get_metric(name).formula(self.medium)  # unknown names, or a metric of the other medium, fail now
-        unknown = set(self.options) - {"abe", "sampling", "idf"}
+        if not self.models and not all(get_metric(n).text_only(self.medium) for n in self.metrics):
+            raise CapscoreError("The 'models' parameter must name at least one model for the metrics that encode "
+                                "images; got none instead.")
+        unknown = set(self.options) - {"abe", "sampling", "idf", "tokenizer", "classic_backend"}
         if unknown:
-            raise CapscoreError(f"unknown scoring option {sorted(unknown)[0]!r}; options are abe, sampling, idf")
+            raise CapscoreError(f"unknown scoring option {sorted(unknown)[0]!r}; options are abe, sampling, idf, "
+                                "tokenizer, classic_backend")
         if self.options.get("abe") and "abe" not in self.metrics:
             raise CapscoreError("ABE-CLIP options (k, p, omega, pool) apply to the metric abe only")
         if isinstance(self.output, ShardFolder) and not hasattr(self.source, "shards"):
@@ -310,6 +319,8 @@ def load_encoders(job: ScoreJob, *, progress: bool = False, encoding: Encoding |
     loads on the CPU what its actors run on the job's device)."""
     from capscore.embed.factory import make_encoder, open_cache
 
+    if not job.encodes:  # text-only metrics: no model is loaded, nothing imports torch
+        return {}
     enc = encoding or job.encoding
     store = open_cache(enc)
     out = {}
@@ -381,6 +392,13 @@ class RunConfig:
             cfg = make_config(**dict(job.options.get("abe") or {}))
             options["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
                               "pool": str(Path(cfg.pool).expanduser().resolve()) if cfg.pool else "bundled"}
+        text = [get_metric(n) for n in metrics if get_metric(n).text_only(job.medium)]
+        if text:  # the classic metrics: what tokenises and scores them decides their numbers
+            options.update(tokenizer=job.options.get("tokenizer", "ptb"),
+                           classic_backend=job.options.get("classic_backend", "native"))
+            describe = getattr(text[0].formula(job.medium), "describe", None)
+            if describe is not None:
+                options["text_metrics"] = describe(job.options)
         source = job.source.describe()
         settings = job.source.settings() if hasattr(job.source, "settings") else source
         return cls(models=tuple(encoders), backbones=tuple(e.backbone.identity for e in encoders.values()),
@@ -393,8 +411,10 @@ class RunConfig:
         return self.prefixes[self.metrics.index(metric)]
 
     def _head(self) -> dict:
-        return {"model": _one(list(self.models)), "backbone": _one(list(self.backbones)),
-                "metric": _one(list(self.metrics)), "prefix": _one(list(self.prefixes)), "dtype": self.dtype}
+        return {"model": _one(list(self.models)) if self.models else None,
+                "backbone": _one(list(self.backbones)) if self.backbones else None,
+                "metric": _one(list(self.metrics)), "prefix": _one(list(self.prefixes)),
+                "dtype": self.dtype if self.models else None}
 
     def as_dict(self) -> dict:
         """The configuration as the summary records it (a single model/metric/prefix as a value, several as a list)."""
@@ -449,7 +469,7 @@ class Summary:
     shards, Ray blocks, the rows of an interrupted run), which give the one-pass numbers exactly.
     """
 
-    def __init__(self, metric: str | Metric, *, model: str = "", backbone: str = ""):
+    def __init__(self, metric: str | Metric, *, model: str | None = "", backbone: str | None = ""):
         self.metric = get_metric(metric)
         self.model, self.backbone = model, backbone
         self.skipped = 0
@@ -499,6 +519,8 @@ class Summary:
         if own is not None:
             out["aggregate"] = {"name": own.name, "value": own.value(),
                                 "systems": {k: t.own.value() for k, t in sorted(self.systems.items())}}
+            if getattr(own, "per_caption", None):  # what the rows' score (and so the mean) is
+                out["aggregate"]["per_caption"] = own.per_caption
         return out
 
 
@@ -523,20 +545,25 @@ class Plan:
 
 
 class _Runner:
-    """A job with its encoders: the configuration and the per-(model, metric) loop every engine and output use."""
+    """A job with its encoders: the configuration and the per-(model, metric) loop every engine and output use.
+
+    A text-only metric runs once, as the (model ``None``, metric) pair, before the pairs of the metrics that
+    encode (model × metric, model-major); its rows and summary record no model."""
 
     def __init__(self, job: ScoreJob, encoders: Mapping):
         self.job = job
         self.encoders = dict(encoders)
         self.metrics = {n: get_metric(n) for n in job.metrics}
+        self.text = [n for n, m in self.metrics.items() if m.text_only(job.medium)]
         self.config = RunConfig.of(job, self.encoders)
         self.plan = Plan(job.medium, tuple(self.metrics), {n: self.config.prefix(n) for n in self.metrics},
                          {n: self._options(n) for n in self.metrics}, job.skip_bad,
                          columns_for(job.medium, self.metrics.values()))
         self._warned: set[str] = set()
         for enc in self.encoders.values():
-            for m in self.metrics.values():
-                check_fit(m, enc.backbone, job.medium)
+            for n, m in self.metrics.items():
+                if n not in self.text:
+                    check_fit(m, enc.backbone, job.medium)
 
     def _options(self, name: str) -> dict:
         opts = {k: v for k, v in self.job.options.items() if k != "idf"}
@@ -547,12 +574,38 @@ class _Runner:
         return opts
 
     @property
-    def combos(self) -> list[tuple[str, str]]:
-        return [(m, n) for m in self.encoders for n in self.metrics]
+    def combos(self) -> list[tuple[str | None, str]]:
+        return [(None, n) for n in self.text] + [(m, n) for m in self.encoders for n in self.metrics
+                                                 if n not in self.text]
 
-    def summaries(self) -> dict[tuple[str, str], Summary]:
-        return {(m, n): Summary(self.metrics[n], model=m, backbone=self.encoders[m].backbone.identity)
-                for m, n in self.combos}
+    def summaries(self) -> dict[tuple[str | None, str], Summary]:
+        return {(m, n): Summary(self.metrics[n], model=m, backbone=None if m is None else
+                                self.encoders[m].backbone.identity) for m, n in self.combos}
+
+    @contextmanager
+    def sessions(self):
+        """The run-level contexts of the job's formulas, open for the whole run (a formula's ``session(texts,
+        options)``: the classic metrics' one ClassicSession, one PTB pass over every text of the run and
+        their tool checks, before anything is scored). ``texts`` is None for a source of unknown size
+        (sharded input): each block then tokenises its own texts."""
+        from contextlib import ExitStack
+
+        with ExitStack() as stack:
+            for name, metric in self.metrics.items():
+                hook = getattr(metric.formula(self.job.medium), "session", None)
+                if hook is not None:
+                    texts = (lambda p=self.plan.prefixes[name]: self._texts(p)) \
+                        if self.job.source.count() is not None else None
+                    stack.enter_context(hook(texts, self.plan.options[name]))
+            yield
+
+    def _texts(self, prefix: str) -> Iterator[str]:
+        from capscore.data.records import Record
+
+        for x in self.job.source.items():
+            if isinstance(x, Record) and isinstance(x.caption, str):
+                yield prefix + x.caption
+                yield from (prefix + r for r in x.refs if isinstance(r, str))
 
     def idf(self, model: str, name: str):
         """EMScore's idf for a (model, metric) when asked: over the references, else the captions."""
@@ -571,11 +624,12 @@ class _Runner:
         """Scored rows of ``items`` block by block (an encoder batch, or ``chunk_size`` items when smaller;
         a corpus metric such as CIDEr takes all at once), tagged with model and metric; raises the first fatal
         error after yielding the rows before it."""
-        metric, enc = self.metrics[name], self.encoders[model]
+        metric, enc = self.metrics[name], None if model is None else self.encoders[model]
         idf = self.idf(model, name)
         extra = {"idf": idf} if idf is not None else None
         corpus = "corpus" in metric.needs(self.job.medium)  # CIDEr: its IDF comes from the whole evaluated set
-        size = sys.maxsize if corpus else min(enc.batch_size, self.job.chunk_size)
+        size = sys.maxsize if corpus else self.job.chunk_size if enc is None else min(enc.batch_size,
+                                                                                        self.job.chunk_size)
         for part in _chunks(items, size):
             self._warn_ignored_refs(metric, part)
             rows, fatal = self.plan.score(part, enc, model, name, extra=extra)
@@ -597,9 +651,10 @@ class _Runner:
 def iter_rows(job: ScoreJob, *, encoders: Mapping | None = None) -> Iterator[dict]:
     """Every row of the job, (model, metric) after (model, metric), each in input order (no output file)."""
     runner = _Runner(job, encoders if encoders is not None else load_encoders(job))
-    for model, name in runner.combos:
-        for rows in runner.blocks(model, name, job.source.items()):
-            yield from rows
+    with runner.sessions():
+        for model, name in runner.combos:
+            for rows in runner.blocks(model, name, job.source.items()):
+                yield from rows
 
 
 class _Buffered:
@@ -667,19 +722,29 @@ def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | 
     if not isinstance(output, (FileOutput, ShardFolder)):
         raise CapscoreError("The 'output' parameter of pipeline.run must be a FileOutput or a ShardFolder; got "
                             f"{output!r} instead.")
+    text = [n for n in job.metrics if get_metric(n).text_only(job.medium)]
+    if text and executor is not None and not isinstance(executor, LocalExecutor):
+        raise OptionError(f"the text-only metrics ({', '.join(text)}) run in this process, with one session of "
+                          "their Java tools; score them without {engine} ray")
+    corpus = [n for n in job.metrics if "corpus" in get_metric(n).needs(job.medium)]
+    if corpus and isinstance(output, ShardFolder):
+        raise OptionError(f"{corpus[0]} scores the whole evaluated set at once (CIDEr's IDF), but a folder output "
+                          "scores each input shard apart; write one file ({out} results.jsonl)")
     with _sigterm_interrupts():
         if isinstance(output, ShardFolder):
             _check_folder_path(Path(output.path))
             executor = executor or LocalExecutor()
             runner = _Runner(job, encoders if encoders is not None else executor.encoders(job))
-            return _run_folder(job, runner, executor)
+            with runner.sessions():
+                return _run_folder(job, runner, executor)
         if executor is not None and not isinstance(executor, LocalExecutor):
             raise OptionError(f"the {type(executor).__name__} writes one file per input shard, so its {{out}} is a "
                               f"folder; {_braced(output.path)} names a file — give a folder such as "
                               f"{_braced(Path(output.path).with_suffix(''))}/")
         output_format(Path(output.path))  # a format we can write, before any model loads
         runner = _Runner(job, encoders if encoders is not None else load_encoders(job))
-        return _run_file(job, runner)
+        with runner.sessions():
+            return _run_file(job, runner)
 
 
 def _progress(job: ScoreJob, runner: _Runner):
@@ -1018,26 +1083,43 @@ def _braced(value) -> str:
     return (repr(value) if not isinstance(value, (str, Path)) else str(value)).replace("{", "{{").replace("}", "}}")
 
 
+TEXT_ONLY = "(text only)"  # what the printout and the report show in place of the model of a text-only metric
+
+
+def _number(x) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
 def format_summary(result: dict, output: FileOutput | ShardFolder, *, quiet: bool = False) -> str:
-    """What ``capscore score`` prints after a run: a line per (model, metric), the per-system means, the files."""
+    """What ``capscore score`` prints after a run: a line per (model, metric) — the headline first when the
+    metric defines one (:mod:`capscore.scores.aggregate`: corpus BLEU, METEOR's aggregate), then the mean of
+    the per-caption scores, named for what they are —, a table per system, the files."""
     from capscore._table import format_table
 
     runs, lines, table = result["runs"], [], []
     several = len(runs) > 1
+    headlines = any(r.get("aggregate") for r in runs)
     if result.get("metric_choice") and any(get_metric(r["metric"]).needs_refs for r in runs):
         lines.append(f"metric {runs[0]['metric']} ({result['metric_choice']}; --metric names another)")
     for r in runs:
-        mean = "n/a" if r["mean"] is None else f"{r['mean']:.4f}"
         own = r.get("aggregate")
-        head = ("" if own is None else
-                f"{own['name']} {'n/a' if own['value'] is None else format(own['value'], '.4f')}, ")
-        lines.append(f"{r['metric']} with {r['model']}: {r['count']} scored, {r['skipped']} skipped, {head}mean {mean}")
-        cols = {"model": r["model"], "metric": r["metric"]} if several else {}
+        if own is None:
+            numbers = f"mean {_number(r['mean'])}"
+        elif own["name"] == "mean":
+            numbers = f"headline mean {_number(own['value'])}"
+        else:
+            numbers = (f"headline {own['name']} {_number(own['value'])}, mean "
+                       f"{own.get('per_caption') or 'per-caption score'} {_number(r['mean'])}")
+        who = TEXT_ONLY if r["model"] is None else f"with {r['model']}"
+        lines.append(f"{r['metric']} {who}: {r['count']} scored, {r['skipped']} skipped, {numbers}")
+        cols = {"model": r["model"] or TEXT_ONLY, "metric": r["metric"]} if several else {}
+        heads = own["systems"] if own else {}
         if len(r["systems"]) > 1 or any(r["systems"]):
-            table += [{**cols, "system": name, "mean": m, "count": r["system_counts"][name]}
-                      for name, m in r["systems"].items()]
+            table += [{**cols, "system": name, **({"headline": heads.get(name)} if headlines else {}), "mean": m,
+                       "count": r["system_counts"][name]} for name, m in r["systems"].items()]
         elif several:
-            table.append({**cols, "system": "", "mean": r["mean"], "count": r["count"]})
+            table.append({**cols, "system": "", **({"headline": own and own["value"]} if headlines else {}),
+                          "mean": r["mean"], "count": r["count"]})
     if table:
         lines.append(format_table(table))
     if "videos_encoded" in result and not quiet:

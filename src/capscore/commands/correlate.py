@@ -29,6 +29,9 @@ def configure(p) -> None:
     p.add_argument("--tokenizer", choices=("ptb", "simple"), default="ptb",
                    help="classic metrics (bleu1-4, meteor, rouge-l, cider, spice; no --model needed for them): "
                         "ptb = COCO's PTB tokenizer (needs Java; default), simple = a Java-free approximation")
+    p.add_argument("--classic-backend", choices=("native", "pycocoevalcap"), default="native",
+                   help="classic metrics: BLEU, ROUGE-L and CIDEr-D computed natively on the PTB tokens (default; "
+                        "equal to pycocoevalcap's to 1e-12) or by pycocoevalcap's own code; recorded in the results")
     p.add_argument("--alpha", type=float, default=0.05,
                    help="significance level of the cluster of metrics not different from the best (default 0.05)")
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")

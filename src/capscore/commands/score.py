@@ -15,14 +15,18 @@ from capscore.commands._args import (
 )
 from capscore.errors import CapscoreError
 from capscore.pipeline import DEFAULT_MODEL
+from capscore.scores.metric import get_metric
 
 
 def configure(p) -> None:
     from capscore.scores.metric import metric_names
 
-    add_model(p, default=DEFAULT_MODEL)
+    add_model(p, default=DEFAULT_MODEL, help="backbone(s) of the metrics that encode images, e.g. ViT-B-32/openai, "
+              "ckpt:PATH.pth, hf:DIR (see `capscore models`); several: --model A B; default "
+              f"{DEFAULT_MODEL}; the text-only metrics (bleu1-4, meteor, rouge-l, cider, spice) load none")
     p.add_argument("--images", metavar="DIR|MANIFEST",
-                   help="folder of images (id = file stem) or a CSV/JSONL manifest with 'id' and 'path'")
+                   help="folder of images (id = file stem) or a CSV/JSONL manifest with 'id' and 'path'; not needed "
+                        "when every --metric reads text only (bleu1-4, meteor, rouge-l, cider, spice)")
     p.add_argument("--videos", metavar="DIR|MANIFEST",
                    help="instead of --images: folder of videos (.mp4/.webm/.mkv/.avi/.gif/.webp or frame folders; "
                         "id = file stem) or a CSV/JSONL manifest; see docs/video.md")
@@ -34,12 +38,19 @@ def configure(p) -> None:
                    help="captions: JSON {image_id: caption | [captions]}, COCO results [{image_id, caption}], or "
                         "JSONL/CSV with image, caption[, refs, id, system]; several files = several systems "
                         "(named by file stem)")
-    p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]}, COCO captions_*.json, "
-                                                  "or JSONL/CSV image, refs")
+    p.add_argument("--refs", metavar="FILE", help="references: JSON {image_id: [refs]}, COCO annotations "
+                                                  "(captions_val2014.json: {images, annotations}), or JSONL/CSV "
+                                                  "image, refs")
     add_metric(p, metric_names(), default=None,
                default_help="refclip-s when the captions carry references (--refs, a refs field or "
                             "--refs-column; emscore-ref for videos), else clip-s, or specs when every "
                             "--model is a SPECS checkpoint")
+    classic = p.add_argument_group("classic metrics (bleu1-4, meteor, rouge-l, cider, spice; see docs/classic.md)")
+    classic.add_argument("--classic-backend", choices=("native", "pycocoevalcap"), default="native",
+                         help="BLEU, ROUGE-L and CIDEr-D computed natively on the PTB tokens (default; equal to "
+                              "pycocoevalcap's to 1e-12) or by pycocoevalcap's own code")
+    classic.add_argument("--tokenizer", choices=("ptb", "simple"), default="ptb",
+                         help="ptb = COCO's PTB tokenizer (needs Java; default), simple = a Java-free approximation")
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family on images, '' otherwise)")
@@ -81,11 +92,13 @@ def job_from_args(args):
         raise CapscoreError("give --images or --videos, not both")
     if not args.videos and (args.frames or args.idf):
         raise CapscoreError("--frames and --idf apply to --videos only")
+    text_only = bool(args.metric) and all(get_metric(m).text_only() for m in args.metric)
     source = _shards.source_from_args(args)
     if source is None:
-        if not ((args.images or args.videos) and args.captions):
+        if not ((args.images or args.videos or text_only) and args.captions):
             raise CapscoreError("give --images (or --videos) and --captions, or one of --webdataset, --parquet, "
-                                "--hf-dataset")
+                                "--hf-dataset" + ("" if args.captions else "; the text-only metrics (bleu1-4, meteor, "
+                                                  "rouge-l, cider, spice) need --captions and --refs only"))
         refuse_input_as_output(args.out, {"--captions": args.captions, "--refs": args.refs,
                                           "--images": args.images or args.videos})
         source = CaptionFiles(args.images or args.videos, args.captions, args.refs, medium=medium).open()
@@ -96,10 +109,20 @@ def job_from_args(args):
         name, metric_choice = choose_metric(source, medium, models=args.model)
         metrics = (name,)
     _check_medium(metrics, medium)
+    _check_refs(metrics, source)
+    models = tuple(args.model)
+    if all(get_metric(m).text_only(medium) for m in metrics):
+        if getattr(args, "_model_given", False):
+            from capscore._log import warn
+
+            warn(f"--model {' '.join(args.model)} is not loaded: {', '.join(metrics)} read text only")
+        models = ()
     abe = abe_options(args)
     if abe and "abe" not in metrics:
         raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
     options = {"abe": abe} if abe else {}
+    if any(get_metric(m).text_only(medium) for m in metrics):
+        options.update(tokenizer=args.tokenizer, classic_backend=args.classic_backend)
     if medium == "video":
         from capscore.data.video import Sampling
 
@@ -114,17 +137,27 @@ def job_from_args(args):
         output = ShardFolder(Path(args.out), format=args.out_format, resume=args.resume, overwrite=args.overwrite)
     else:
         output = FileOutput(Path(args.out), resume=args.resume, overwrite=args.overwrite)
-    return ScoreJob(source=source, models=tuple(args.model), metrics=metrics, prefix=args.prefix, options=options,
+    return ScoreJob(source=source, models=models, metrics=metrics, prefix=args.prefix, options=options,
                     output=output, skip_bad=args.skip_bad, encoding=encoding, chunk_size=args.chunk_size,
                     progress=not getattr(args, "quiet", False), metric_choice=metric_choice)
 
 
 def _check_medium(metrics, medium: str) -> None:
-    from capscore.scores.metric import get_metric
-
     for m in map(get_metric, metrics):
         if medium not in m.media:
             raise CapscoreError(f"--metric {m.name} scores {m.media[0]}s; use it with --{m.media[0]}s")
+
+
+def _check_refs(metrics, source) -> None:
+    """A text-only metric (BLEU, ..., all reference-based) over inputs that carry no reference at all: one line
+    naming --refs, before anything is scored (the metrics that encode give each item's error row instead)."""
+    need = [m for m in metrics if get_metric(m).needs_refs and get_metric(m).text_only()]
+    if need and not source.has_refs():
+        how = ("--refs-column NAME (the references of each sample)" if hasattr(source, "shards") else
+               "--refs FILE (JSON {image_id: [refs]}, COCO annotations such as captions_val2014.json, or JSONL/CSV "
+               "image, refs) or a 'refs' field in the captions")
+        raise CapscoreError(f"{', '.join(need)} compare{'s' if len(need) == 1 else ''} each caption with its "
+                            f"references, and the inputs carry none: give {how}")
 
 
 def run(args) -> int:

@@ -19,6 +19,9 @@ Shapes accepted (the first two are those of the clipscore and pacscore scripts):
 * several candidates per image: ``{image_id: [caption, ...]}``, or an
   ``image_id`` repeated in COCO results; candidate k of image X gets the id
   ``X#k`` (k from 0), and COCO results output drops the suffix again.
+* no images at all (``images=None``), for metrics that read text only: a
+  record's image is then the image id (or the ``image`` column) by name, never
+  read, and references are looked up by that name.
 
 Every input is consumed once: standard input (``-``), a named pipe or a process
 substitution (``--captions <(jq ... f.json)``, a ``/dev/fd/N`` path) is copied once
@@ -48,6 +51,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from capscore.data.images import ImageRef
 from capscore.data.records import Record
 from capscore.data.jsonl import iter_csv_rows, iter_jsonl, json_problem
 from capscore.errors import InputError, bounded, short_repr
@@ -267,7 +271,7 @@ def _as_refs(value, *, csv_cell: bool = False) -> tuple[str, ...] | None:
 def read_captions(
     path: str | os.PathLike,
     *,
-    images: ImageIndex,
+    images: ImageIndex | None,
     refs: Mapping[str, tuple[str, ...]] | None = None,
     system: str | None = None,
 ) -> Iterator[Item]:
@@ -275,6 +279,7 @@ def read_captions(
 
     ``system`` defaults to the file stem; a ``system`` column overrides it per row.
     ``refs`` (from ``--refs``) are looked up by image id; a ``refs`` column wins.
+    ``images=None``: no image index (text-only metrics); each record names its image by id.
     Raises :class:`InputError` at once for whole-file problems. A pipe or ``-`` is read once
     (:func:`readable_once`); its system name is then the pipe's name (``stdin`` for ``-``).
     """
@@ -352,13 +357,17 @@ def _read_json_captions(path, images, refs, system) -> Iterator[Item]:
             if k and not multi:
                 yield BadItem(key, "", _text(caption), system, where, "duplicate id")
                 continue
-            img_id = key if key in images.by_id else None
-            if img_id is None and key.isdigit():
-                by_number = _coco_number(images) if by_number is None else by_number
-                img_id = by_number.get(int(key))
-            img = images.by_id.get(img_id) if img_id is not None else None
+            if images is None:
+                img_id, img = None, ImageRef(name=key)
+            else:
+                img_id = key if key in images.by_id else None
+                if img_id is None and key.isdigit():
+                    by_number = _coco_number(images) if by_number is None else by_number
+                    img_id = by_number.get(int(key))
+                img = images.by_id.get(img_id) if img_id is not None else None
             if caption is _NO_CANDIDATES:
-                yield BadItem(ident, str(img or ""), "", system, where, "empty list of captions")
+                yield BadItem(ident, key if images is None else str(img or ""), "", system, where,
+                              "empty list of captions")
                 continue
             if img is None:
                 yield BadItem(ident, "", _text(caption), system, where,
@@ -409,7 +418,8 @@ def _read_row_captions(path, images, refs, system) -> Iterator[Item]:
                 row_refs = parsed
             elif refs:
                 row_refs = refs.get(image) or refs.get(Path(image).stem) or ()
-            yield Record.make(ident, images.resolve(image), caption, row_refs, system=sys_name, source=where)
+            media = ImageRef(name=image) if images is None else images.resolve(image)
+            yield Record.make(ident, media, caption, row_refs, system=sys_name, source=where)
 
     return gen()
 

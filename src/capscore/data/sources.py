@@ -34,9 +34,10 @@ def _abs(path) -> str:
 
 @dataclass
 class CaptionFiles:
-    """Caption files scored against an image folder/manifest (``medium='image'``) or videos (``'video'``)."""
+    """Caption files scored against an image folder/manifest (``medium='image'``) or videos (``'video'``);
+    ``media=None`` for text-only metrics (no image is needed: each record names its image by id)."""
 
-    media: str  # the --images / --videos argument
+    media: str | None  # the --images / --videos argument
     captions: Sequence[str]
     refs: str | None = None
     medium: str = "image"
@@ -54,7 +55,9 @@ class CaptionFiles:
         """Index the media and read the references; whole-file problems surface here, before any model loads."""
         from capscore.data.captions import index_images, load_refs
 
-        if self.medium == "video":
+        if self.media is None:
+            self._index = False  # opened, without an index
+        elif self.medium == "video":
             from capscore.data.video import index_videos
 
             self._index = index_videos(self.media)
@@ -70,7 +73,7 @@ class CaptionFiles:
         if self._index is None:
             self.open()
         # a list of readers, not a generator: read_captions checks each whole file when called
-        return itertools.chain.from_iterable([read_captions(c, images=self._index, refs=self._refs)
+        return itertools.chain.from_iterable([read_captions(c, images=self._index or None, refs=self._refs)
                                               for c in self.captions])
 
     def count(self) -> int | None:
@@ -84,7 +87,7 @@ class CaptionFiles:
 
     def describe(self) -> dict:
         key = "videos" if self.medium == "video" else "images"
-        return {key: _abs(self.media), "captions": [_abs(c) for c in self.captions],
+        return {key: _abs(self.media) if self.media is not None else None, "captions": [_abs(c) for c in self.captions],
                 "refs": _abs(self.refs) if self.refs else None}
 
     @property

@@ -11,6 +11,15 @@ States are ``score_sum`` (float64) and ``count``, both ``dist_reduce_fx="sum"``:
 under DDP every process scores its shard and ``compute()`` returns the global
 mean. Accumulating over several ``update`` calls equals one big update.
 
+A classic metric (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE: text only, no model) gives its **headline**, as
+``capscore score`` prints it and pycocoevalcap's ``compute_score`` returns it: corpus BLEU-n, the METEOR
+jar's aggregate, the mean ROUGE-L / CIDEr-D / SPICE — never a mean of per-batch values. ``update`` checks
+the captions and references and keeps them (a list state of UTF-8 JSON lines, ``dist_reduce_fx="cat"``,
+so DDP gathers every process's items); ``compute()`` scores everything accumulated as one evaluated set
+(CIDEr's IDF needs all of it), in one session of the Java tools (one PTB pass, one METEOR process), and
+makes the headline from the items' sufficient statistics with the metric's own aggregate. ``images`` may
+be None for these metrics.
+
 Difference from ``torchmetrics.multimodal.CLIPScore``: torchmetrics reports
 100·cos and clamps the *mean* (max(mean cos, 0)); capscore clamps *each pair*
 (w·max(cos, 0), as the CLIPScore and PAC-S papers and their reference code do)
@@ -41,6 +50,8 @@ class CaptionScore(Metric):
         prefix: default the metric's own (``Metric.prefix_for``).
         backbone_device: where the backbone runs; default the Metric's device at the first update.
         dtype, cache, batch_size, seed, context_length: as in :func:`capscore.score`.
+        tokenizer, classic_backend: the classic metrics' options (``"ptb"``/``"simple"``/``"none"``;
+            ``"native"``/``"pycocoevalcap"``; docs/classic.md).
         kwargs: torchmetrics ``Metric`` options (``sync_on_compute``, ``dist_sync_fn``...).
 
     ``update(images, captions, refs=None)``: images as :func:`capscore.score`
@@ -54,10 +65,12 @@ class CaptionScore(Metric):
 
     score_sum: torch.Tensor
     count: torch.Tensor
+    texts: list  # classic metrics: one uint8 tensor of JSON lines [caption, [refs]] per update
 
     def __init__(self, model=DEFAULT_MODEL, metric: str = "clip-s", *, prefix: str | None = None,
                  backbone_device: str | None = None, dtype: str = "fp32", cache=None, batch_size: int = 64,
-                 seed: int = 0, context_length: int | None = None, **kwargs):
+                 seed: int = 0, context_length: int | None = None, tokenizer: str = "ptb",
+                 classic_backend: str = "native", **kwargs):
         super().__init__(**kwargs)
         from capscore import validate
         from capscore.scores.metric import get_metric
@@ -66,7 +79,11 @@ class CaptionScore(Metric):
                                prefix=prefix, dtype=dtype)
         row = get_metric(metric)
         row.formula("image")  # an unknown name, or a video-only metric, fails here
-        if "corpus" in row.needs("image"):  # a running mean of per-update values would be wrong
+        self._text = row.text_only("image")
+        self._classic = {"tokenizer": tokenizer, "classic_backend": classic_backend}
+        if self._text and hasattr(row.image, "_options"):
+            row.image._options(self._classic)  # a bad tokenizer or backend fails here, not at compute()
+        elif "corpus" in row.needs("image"):  # a running mean of per-update values would be wrong
             raise CapscoreError(f"CaptionScore keeps a running mean; {metric}'s values depend on the whole evaluated "
                                 "set (CIDEr's IDF), so score the set at once with capscore.score")
         self.model_spec = model
@@ -80,6 +97,7 @@ class CaptionScore(Metric):
         self._warned_refs = False
         self.add_state("score_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("count", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("texts", default=[], dist_reduce_fx="cat")
 
     @property
     def encoder(self):
@@ -96,6 +114,8 @@ class CaptionScore(Metric):
         from capscore import validate
         from capscore.scores.functional import batch_values
 
+        if self._text:
+            return self._keep_texts(images, captions, refs)
         validate.check_update_args(images, captions, refs)
         if isinstance(captions, str):
             captions = [captions]
@@ -113,8 +133,76 @@ class CaptionScore(Metric):
         self.score_sum += torch.tensor(sum(values), dtype=torch.float64, device=self.score_sum.device)
         self.count += len(values)
 
+    def _keep_texts(self, images, captions, refs) -> None:
+        """A classic metric's update: check the items (one line naming ``captions[i]`` / ``refs[i]``) and keep
+        their texts for :meth:`compute`."""
+        import json
+
+        from capscore import validate
+        from capscore.data.images import ImageRef
+        from capscore.data.records import Record
+        from capscore.scores.functional import check_record
+
+        if isinstance(captions, str):
+            captions = [captions]
+        from capscore.errors import param_error
+
+        if images is None:  # the text-only metrics read no image
+            if isinstance(captions, (bytes, dict)) or not hasattr(captions, "__len__"):
+                raise param_error("captions", "CaptionScore.update", "a list of strings", captions)
+            images = [ImageRef(name=f"captions[{i}]") for i in range(len(captions))]
+        validate.check_update_args(images, captions, refs)
+        if refs is None:
+            raise param_error("refs", "CaptionScore.update", f"one list of references per caption ({self.metric_name} "
+                              "compares each caption with its references)", refs)
+        lines = []
+        for i, caption in enumerate(captions):
+            rs = (refs[i],) if isinstance(refs[i], str) else tuple(refs[i])
+            err = check_record(Record(str(i), ImageRef(), caption, rs, source=f"captions[{i}]"), self._metric)
+            if err is not None:
+                raise err
+            lines.append(json.dumps([caption, list(rs)], ensure_ascii=False) + "\n")
+        if lines:
+            data = "".join(lines).encode("utf-8")
+            self.texts.append(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.score_sum.device))
+
+    def _classic_headline(self) -> float:
+        """Every kept item scored as one evaluated set, and the metric's headline from their statistics."""
+        import json
+
+        from capscore.data.records import Record
+        from capscore.scores.aggregate import aggregate_for
+        from capscore.scores.functional import compute_values
+
+        chunks = self.texts if isinstance(self.texts, list) else [self.texts]  # "cat" leaves one tensor after a sync
+        data = b"".join(bytes(t.cpu().numpy().tobytes()) for t in chunks)
+        items = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
+        if not items:
+            return math.nan
+        from capscore.data.images import ImageRef
+
+        records = [Record(str(i), ImageRef(name=f"item {i}"), c, tuple(rs)) for i, (c, rs) in enumerate(items)]
+        texts = lambda: (self.prefix + t for c, rs in items for t in (c, *rs))  # noqa: E731
+        with self._metric.image.session(texts, self._classic):
+            values = compute_values(None, self._metric, records, prefix=self.prefix, options=self._classic)
+        own = aggregate_for(self._metric)
+        for k, score in enumerate(values.scores):
+            own.add({"score": score, **{c: v[k] for c, v in values.parts.items()}})
+        return own.value()
+
     def compute(self) -> torch.Tensor:
-        """The mean score; NaN with a warning when nothing was scored (capscore.validate's choice)."""
+        """The mean score (float32); NaN with a warning when nothing was scored (capscore.validate's choice).
+        A classic metric: its headline over everything accumulated (module docstring), as float64 (the
+        precision at which it equals pycocoevalcap's)."""
+        if self._text:
+            value = self._classic_headline()
+            if math.isnan(value):
+                import warnings
+
+                from capscore.validate import empty_compute_warning
+
+                warnings.warn(empty_compute_warning(), UserWarning, stacklevel=2)
+            return torch.tensor(value, dtype=torch.float64, device=self.score_sum.device)
         if int(self.count) == 0:
             import warnings
 

@@ -7,6 +7,12 @@ with a paired bootstrap and a paired approximate randomisation test over images 
 image move together (:mod:`capscore.meta.significance`). Rows without a score (error rows) and items
 present in only one file are counted and left out. Rows that say which model and metric made them must
 agree: a CLIP-S file is not compared with a BLEU-4 file, nor one file's rows of two runs mixed.
+
+The statistic tested is the metric's **headline** (:mod:`capscore.scores.aggregate`): the mean score, or,
+for a metric whose registry row defines a corpus score computed from per-item vectors (the classic
+metrics: corpus BLEU-n from the rows' ``stats`` n-gram counts, METEOR's aggregate from the jar's
+statistics), that corpus score, recomputed on every resample
+(:func:`capscore.meta.significance.compare_summed`), as significance tests for BLEU do.
 """
 from __future__ import annotations
 
@@ -36,10 +42,11 @@ def _rows(path: Path):
 
 
 def read_system(path, *, match: str = "id", score_column: str = "score"
-                ) -> tuple[dict[str, tuple[float, str]], int, tuple[str, str] | None]:
-    """One system's scores -> ({key: (score, image)}, rows without a score, (model, metric) of its rows or
-    None when the rows do not say). ``key`` is the id or the image. A file whose rows come from several
-    (model, metric) runs is refused: one comparison is of one metric on one model."""
+                ) -> tuple[dict[str, tuple[float, str, tuple[dict, str]]], int, tuple[str, str] | None]:
+    """One system's scores -> ({key: (score, image, (row, where))}, rows without a score, (model, metric) of
+    its rows or None when the rows do not say). ``key`` is the id or the image; the row is kept for a corpus
+    headline's per-item vector (:func:`headline_of`). A file whose rows come from several (model, metric) runs
+    is refused: one comparison is of one metric on one model."""
     from capscore.meta.datasets import _number
 
     path = Path(path).expanduser()
@@ -47,7 +54,7 @@ def read_system(path, *, match: str = "id", score_column: str = "score"
         raise InputError(str(path), "scores file not found")
     if path.is_dir():
         raise InputError(str(path), "is a folder; expected a scores file (JSONL/CSV/JSON/Parquet)")
-    out: dict[str, tuple[float, str]] = {}
+    out: dict[str, tuple[float, str, tuple[dict, str]]] = {}
     empty = 0
     made_by: tuple[str, str] | None = None
     first = ""
@@ -83,8 +90,19 @@ def read_system(path, *, match: str = "id", score_column: str = "score"
         if key in out:
             raise InputError(where, f"duplicate {match} {key!r}"
                              + (" (match='image' needs one caption per image)" if match == "image" else ""))
-        out[key] = (value, image)
+        out[key] = (value, image, ({**row, "score": value}, where))
     return out, empty, made_by
+
+
+def headline_of(metric: str | None):
+    """The :class:`~capscore.scores.aggregate.Summed` aggregate of a registered metric whose headline is a
+    corpus score of per-item vectors (the classic metrics), else None (its headline is the mean)."""
+    from capscore.scores.aggregate import Summed, aggregate_for
+    from capscore.scores.metric import registry
+
+    row = registry().get(metric or "")
+    own = aggregate_for(row) if row is not None else None
+    return own if isinstance(own, Summed) and own.name != "mean" else None
 
 
 def _made_by(made_by: tuple[str, str]) -> str:
@@ -94,6 +112,12 @@ def _made_by(made_by: tuple[str, str]) -> str:
 
 def paired_scores(path_a, path_b, *, match: str = "id", score_column: str = "score"):
     """(scores A, scores B, image clusters, counts) for the items scored in both files."""
+    xa, xb, images, counts, _ = _paired(path_a, path_b, match=match, score_column=score_column)
+    return xa, xb, images, counts
+
+
+def _paired(path_a, path_b, *, match: str, score_column: str):
+    """:func:`paired_scores` and, for a corpus headline, (its aggregate, vectors A, vectors B); else None."""
     if match not in ("id", "image"):
         raise CapscoreError(f"The 'match' parameter of paired_scores must be 'id' or 'image'; got {match!r} instead.")
     a, empty_a, by_a = read_system(path_a, match=match, score_column=score_column)
@@ -113,7 +137,9 @@ def paired_scores(path_a, path_b, *, match: str = "id", score_column: str = "sco
                 + "; pair by image: {match} image")
     counts = {"paired": len(keys), "only in A": len(a) - len(keys), "only in B": len(b) - len(keys),
               "no score in A": empty_a, "no score in B": empty_b}
-    return [a[k][0] for k in keys], [b[k][0] for k in keys], [a[k][1] for k in keys], counts
+    summed = headline_of((by_a or by_b or ("", ""))[1]) if score_column == "score" else None
+    corpus = None if summed is None else (summed, _vectors(summed, a, keys), _vectors(summed, b, keys))
+    return [a[k][0] for k in keys], [b[k][0] for k in keys], [a[k][1] for k in keys], counts, corpus
 
 
 @dataclass(frozen=True)
@@ -137,29 +163,53 @@ class SystemComparison:
 
 def compare_files(path_a, path_b, *, match: str = "id", score_column: str = "score", n_resamples: int = 10000,
                   seed: int = 0) -> SystemComparison:
-    """The paired bootstrap and the approximate randomisation test of two score files, images as clusters."""
-    from capscore.meta.significance import compare_systems
-
-    xa, xb, images, counts = paired_scores(path_a, path_b, match=match, score_column=score_column)
+    """The paired bootstrap and the approximate randomisation test of two score files, images as clusters: of
+    the metric's headline (a corpus score recomputed per resample for the classic metrics; module docstring)."""
+    xa, xb, images, counts, corpus = _paired(path_a, path_b, match=match, score_column=score_column)
     try:
-        boot, ar = compare_systems(xa, xb, clusters=images, n_resamples=n_resamples, seed=seed)
+        boot, ar = _tests(xa, xb, corpus, images, n_resamples=n_resamples, seed=seed)
     except CapscoreError as e:  # e.g. scores whose differences overflow: name the files
         raise CapscoreError(f"{path_a} vs {path_b}: {e}") from None
     return SystemComparison(str(path_a), str(path_b), match, score_column, counts, boot, ar, n_resamples, seed)
+
+
+def _vectors(own, system: dict, keys: list) -> list:
+    """The rows' vectors of a corpus headline, in ``keys`` order; a row without them is one line naming it."""
+    out = []
+    for k in keys:
+        row, where = system[k][2]
+        try:
+            out.append(own.vector(row))
+        except ValueError as e:
+            raise InputError(where, str(e)) from None
+    return out
+
+
+def _tests(xa, xb, corpus, clusters, *, n_resamples: int, seed: int):
+    """Both paired tests: of the mean, or of the corpus headline when ``corpus`` = (aggregate, vectors A, B)."""
+    from capscore.meta.significance import compare_summed, compare_systems
+
+    if corpus is None:
+        return compare_systems(xa, xb, clusters=clusters, n_resamples=n_resamples, seed=seed)
+    own, va, vb = corpus
+    return compare_summed(va, vb, own.finish, clusters=clusters, n_resamples=n_resamples, seed=seed,
+                          statistic=own.name)
 
 
 def format_comparison(c: SystemComparison) -> str:
     from capscore.report.tables import format_p, format_table
 
     boot, ar = c.bootstrap, c.randomization
-    rows = [{"test": "paired bootstrap", "mean A": boot.mean_a, "mean B": boot.mean_b, "A - B": boot.delta,
+    stat = boot.statistic
+    rows = [{"test": "paired bootstrap", f"{stat} A": boot.mean_a, f"{stat} B": boot.mean_b, "A - B": boot.delta,
              "95% CI": f"[{boot.ci[0]:.4f}, {boot.ci[1]:.4f}]", "p (two-sided)": format_p(boot.p_value, c.n_resamples),
              "A wins": f"{100 * boot.wins_a:.1f}%"},
-            {"test": "approximate randomisation", "mean A": ar.mean_a, "mean B": ar.mean_b, "A - B": ar.delta,
+            {"test": "approximate randomisation", f"{stat} A": ar.mean_a, f"{stat} B": ar.mean_b, "A - B": ar.delta,
              "95% CI": "", "p (two-sided)": format_p(ar.p_value, c.n_resamples), "A wins": ""}]
+    what = "" if stat == "mean" else f"the headline {stat} recomputed on each resample; "
     lines = [f"A = {c.a}\nB = {c.b}",
              f"{c.counts['paired']} captions of {boot.n_clusters} images paired by {c.match}; images resampled as "
-             f"clusters; {c.n_resamples} resamples each, seed {c.seed}", format_table(rows, indent="")]
+             f"clusters; {what}{c.n_resamples} resamples each, seed {c.seed}", format_table(rows, indent="")]
     left = {k: v for k, v in c.counts.items() if k != "paired" and v}
     if left:
         lines.append("left out: " + ", ".join(f"{v} {k}" for k, v in left.items()))
@@ -177,21 +227,25 @@ def system_tests(rows, *, n_resamples: int = 1000, seed: int = 0) -> list[dict]:
     systems that share no id. Two systems that cannot be paired that way -- explicit ids naming different
     images, or several captions per image without ids that agree -- are not tested: their entry holds
     ``left_out`` (why) instead of ``tests``, as are pairs with fewer than 2 images in common. The image of
-    a caption is its cluster; error rows are left out, as in :func:`compare_files`.
+    a caption is its cluster; error rows are left out, as in :func:`compare_files`. The statistic is the
+    metric's headline: a corpus score recomputed on each resample for the classic metrics (module docstring).
     """
     from itertools import combinations
 
-    from capscore.meta.significance import compare_systems
-
-    by: dict[tuple, dict[str, list[tuple[str, str, float]]]] = {}
+    by: dict[tuple, dict[str, list[tuple[str, str, tuple]]]] = {}
     ids: dict[tuple, set[str]] = {}  # every id of a system, error rows too: are they its line numbers?
+    heads: dict[str | None, object] = {}
     for r in rows:
         key, system = (r.get("model"), r.get("metric")), r.get("system") or ""
         ids.setdefault((*key, system), set()).add(str(r["id"]))
         if r.get("score") is None:
             continue
+        if key[1] not in heads:
+            heads[key[1]] = headline_of(key[1])
+        own = heads[key[1]]
         media = r.get("image") if r.get("image") is not None else r.get("video")
-        by.setdefault(key, {}).setdefault(system, []).append((str(r["id"]), str(media), float(r["score"])))
+        by.setdefault(key, {}).setdefault(system, []).append(
+            (str(r["id"]), str(media), (float(r["score"]), None if own is None else own.vector(r))))
     out = []
     for (model, metric), systems in by.items():
         for a, b in combinations(sorted(systems), 2):
@@ -205,9 +259,11 @@ def system_tests(rows, *, n_resamples: int = 1000, seed: int = 0) -> list[dict]:
             if why:
                 out.append({**head, "left_out": why})
                 continue
+            own = heads[metric]
+            corpus = None if own is None else (own, [pa[k][1][1] for k in keys], [pb[k][1][1] for k in keys])
             try:
-                boot, ar = compare_systems([pa[k][1] for k in keys], [pb[k][1] for k in keys], clusters=images,
-                                           n_resamples=n_resamples, seed=seed)
+                boot, ar = _tests([pa[k][1][0] for k in keys], [pb[k][1][0] for k in keys], corpus, images,
+                                  n_resamples=n_resamples, seed=seed)
             except CapscoreError as e:  # e.g. differences that overflow: the scored rows stand, the test is left out
                 out.append({**head, "left_out": str(e)})
                 continue
@@ -252,7 +308,7 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
     of the tests and why ("" for a run with one system)."""
     import json
 
-    from capscore.pipeline import columns_for, summary_path, write_json
+    from capscore.pipeline import TEXT_ONLY, columns_for, summary_path, write_json
     from capscore.report.tables import format_p, format_table
     from capscore.report.writers import read_rows
     from capscore.scores.metric import get_metric
@@ -264,15 +320,17 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
     tests = system_tests(read_rows(out, columns), n_resamples=n_resamples, seed=seed)
     spath = summary_path(out)
     write_json(spath, {**json.loads(spath.read_text(encoding="utf-8")), "system_tests": tests})
-    rows = [{"model": t["model"], "metric": t["metric"], "A": t["a"], "B": t["b"], "A - B": boot["delta"],
+    rows = [{"model": t["model"] or TEXT_ONLY, "metric": t["metric"], "statistic": boot.get("statistic", "mean"),
+             "A": t["a"], "B": t["b"], "A - B": boot["delta"],
              "95% CI": f"[{boot['ci'][0]:.4f}, {boot['ci'][1]:.4f}]",
              "p bootstrap": format_p(boot["p_value"], n_resamples),
              "p randomisation": format_p(ar["p_value"], n_resamples), "paired": t["paired"], "by": t["match"]}
             for t in tests if "tests" in t for boot, ar in [t["tests"]]]
     lines = []
     if rows:
-        lines += [f"paired tests between systems (captions paired by id and image, or by image where ids are line "
-                  f"numbers; images resampled as clusters, {n_resamples} resamples each, seed {seed})",
+        lines += [f"paired tests between systems of each metric's headline (captions paired by id and image, or by "
+                  f"image where ids are line numbers; images resampled as clusters and a corpus headline recomputed "
+                  f"on each resample, {n_resamples} resamples each, seed {seed})",
                   format_table(rows)]
     lines += [f"left out of the paired tests: {t['a']} vs {t['b']} ({t['metric']}, {t['model']}): {t['left_out']}"
               for t in tests if "left_out" in t]

@@ -36,6 +36,7 @@ from capscore.meta.datasets import (
     HUMAN_COLUMNS, PASCAL_ORDER, DatasetSpec, PairSet, RatingSet, _number, get_dataset, read_rows,
 )
 from capscore.pipeline import score_all
+from capscore.scores.classic import in_session
 from capscore.scores.metric import Metric, get_metric
 
 
@@ -78,12 +79,17 @@ class CorrelationResult:
 
 
 # ------------------------------------------------------------------------------------ scoring
-VECTOR_NEEDS = frozenset({"global", "tokens", "patches", "frames"})
-
-
 def text_only(metric: Metric, medium: str = "image") -> bool:
-    """A metric that reads only the text (the classic reference metrics): it needs no backbone."""
-    return not (metric.needs(medium) & VECTOR_NEEDS)
+    """A metric that reads only the text (the classic reference metrics): it needs no backbone
+    (:meth:`Metric.text_only`)."""
+    return metric.text_only(medium)
+
+
+def dataset_texts(ds: RatingSet | PairSet) -> Iterable[str]:
+    """Every caption and reference of a dataset (what a text-only metric tokenises)."""
+    if isinstance(ds, PairSet):
+        return (t for p in ds.items for t in (p.a, p.b, *p.refs))
+    return (t for it in ds.items for t in (it.record.caption, *it.record.refs))
 
 
 def score_many(records: Iterable[Record], encoder: Encoder | None, metric: Metric, *, prefix: str | None,
@@ -255,6 +261,7 @@ def evaluate_pairs(ds: PairSet, encoder: Encoder, metric: str | Metric, *, prefi
     return _result(ds, spec, encoder, prefix, len(keep), stats, skipped, seed, n_resamples, params)
 
 
+@in_session  # a classic metric's reference draws share one METEOR process
 def evaluate(ds: RatingSet | PairSet, encoder: Encoder | None, metric: str | Metric, **options) -> CorrelationResult:
     """Dispatch on the dataset kind (see :func:`evaluate_ratings` and :func:`evaluate_pairs`). A
     :func:`text_only` metric (the classic ones: BLEU, METEOR, ROUGE-L, CIDEr, SPICE) takes ``encoder=None``."""

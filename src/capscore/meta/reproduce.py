@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from capscore.errors import CapscoreError, InputError, unknown_name
+from capscore.scores.classic import in_session
 
 TABLES_DIR = Path(__file__).parent / "tables"
 COLUMNS = ("dataset", "split", "metric", "backbone", "model", "statistic", "paper", "tolerance", "source")
@@ -204,6 +205,7 @@ def missing_tools(metric: str) -> str:
 
 
 # ------------------------------------------------------------------------------------ running
+@in_session  # the classic rows share one METEOR process and PTB memo, however many metrics and draws
 def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str = "cpu", batch_size: int = 64,
               seed: int = 0, model_override: Mapping[str, str] | None = None, cache=None) -> list[RowResult]:
     """Recompute every row that can be run; skip the others with the reason.

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capscore.errors import CapscoreError, param_error
+from capscore.scores.classic import in_session
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class CorrelateJob:
     split: str | None = None
     coco_captions: str | None = None
     tokenizer: str = "ptb"
+    classic_backend: str = "native"
     alpha: float = 0.05
     prefix: str | None = None
     stats: tuple[str, ...] | None = None
@@ -107,19 +109,21 @@ def drawn_for(backbone, ds, redraw):
     return ds if drawn is None or drawn == wanted else redraw(wanted)
 
 
+@in_session
 def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds=None):
     """Score the image dataset ``job.dataset`` with every metric on every backbone -> (results, significance).
 
     ``make_encoder(spec, encoding, store=, progress=)`` builds each backbone's encoder (default:
     :func:`capscore.embed.factory.make_encoder`; :func:`capscore.engines.ray.ray_encoders` gives the Ray
     variant); every model shares one cache. ``ds`` is the loaded dataset (default :func:`load`). The classic (text-only) metrics
-    are scored once, without a backbone. ``significance`` is :func:`significance`'s comparison (``None``
+    are scored once, without a backbone, in one session of their Java tools (one METEOR process for every
+    metric and reference draw). ``significance`` is :func:`significance`'s comparison (``None``
     without bootstrap or with fewer than two metric rows).
     """
     from capscore._log import is_quiet, log, progress
     from capscore.embed.factory import make_encoder as local_encoder
     from capscore.embed.factory import open_cache
-    from capscore.meta.evaluate import evaluate, text_only
+    from capscore.meta.evaluate import dataset_texts, evaluate, text_only
     from capscore.pipeline import check_fit
     from capscore.scores.metric import get_metric
 
@@ -134,8 +138,12 @@ def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds
     ds = load(job) if ds is None else ds
     common = dict(columns=job.stats, ties=job.ties, ref_sample=job.ref_sample or None, ref_draws=job.ref_draws,
                   skip_bad=job.skip_bad, n_resamples=job.bootstrap, seed=job.seed)
-    results = [evaluate(ds, None, m, options={"tokenizer": job.tokenizer}, **common)
-               for m in metrics if text_only(m)]  # the classic metrics read text only: scored once
+    classic = {"tokenizer": job.tokenizer, "classic_backend": job.classic_backend}
+    text = [m for m in metrics if text_only(m)]
+    for hook in filter(None, (getattr(m.image, "session", None) for m in text)):  # in the run's one session
+        with hook(lambda: dataset_texts(ds), classic):  # (in_session): tools checked, one PTB pass over all texts
+            pass
+    results = [evaluate(ds, None, m, options=classic, **common) for m in text]  # text only: scored once
     metrics = [m for m in metrics if not text_only(m)]
     encoding = _encoding(job)
     store = open_cache(encoding) if metrics else None
@@ -306,7 +314,13 @@ def format_results(results: Sequence, *, significance=None) -> str:
     boot = (f"95% bootstrap intervals over {r0.n_resamples} resamples" if r0.n_resamples else "no bootstrap")
     scale = "statistics ×100" + (" (one_minus_r2: ×1, as SPECS Table 2)" if any(
         c.rsplit(":", 1)[-1] in UNSCALED for c in cols) else "")
-    lines = [f"{r0.dataset} ({r0.source}); {scale}, {boot}, seed {r0.seed}", print_table(rows, indent="")]
+    lines = [f"{r0.dataset} ({r0.source}); {scale}, {boot}, seed {r0.seed}"]
+    classic = [r.metric for r in results if _per_caption(r.metric)]
+    if classic:  # their headline is a corpus score; a segment-level correlation needs one value per caption
+        lines.append(f"{', '.join(dict.fromkeys(classic))}: per-caption values ("
+                     + ", ".join(dict.fromkeys(_per_caption(m) for m in classic))
+                     + ") correlated caption by caption, as the papers do; not their corpus headlines")
+    lines.append(print_table(rows, indent=""))
     skipped = {k: v for r in results[:1] for k, v in r.skipped.items()}
     if r0.identity == "external scores":  # --scores: every human item is matched or skipped, once
         unit = "pairs" if "ties" in r0.params else "human items"
@@ -321,6 +335,18 @@ def format_results(results: Sequence, *, significance=None) -> str:
 
         lines.append(format_comparison(significance))
     return "\n".join(lines)
+
+
+def _per_caption(metric: str) -> str:
+    """What a text-only registered metric's per-caption value is ("sentence-level BLEU-4", "ROUGE-L"...), or ""."""
+    from capscore.scores.aggregate import aggregate_for
+    from capscore.scores.metric import registry
+
+    row = registry().get(metric)
+    if row is None or not row.text_only():
+        return ""
+    own = aggregate_for(row)
+    return getattr(own, "per_caption", None) or metric.upper().replace("CIDER", "CIDEr-D")
 
 
 def write_results(results: Sequence, out: str | Path, *, significance=None) -> tuple[Path, Path]:

@@ -21,6 +21,15 @@ difficulty and are not independent. Without ``clusters`` every item is its own c
 is the mean over *captions* of the resample (Σ of the drawn clusters' sums / Σ of their sizes), so
 clusters of unequal size weigh as their captions do.
 
+* :func:`compare_summed` — the same two tests of a **corpus statistic** (corpus BLEU, METEOR's
+  aggregate: a function ``finish`` of the column sums of one vector per item, as
+  :class:`capscore.scores.aggregate.Summed` defines it), recomputed on every resample from the drawn
+  clusters' summed vectors, as machine-translation significance testing does for BLEU (Koehn 2004
+  resamples the test set and recomputes corpus BLEU; Riezler & Maxwell 2005 shuffle sentence pairs and
+  recompute it). The draws are those of :func:`paired_bootstrap` and
+  :func:`approximate_randomization` for the same seed, so with the mean as the statistic the tests give
+  theirs.
+
 **Does metric M1 agree with humans better than metric M2 does, on the same judgments?**
 (Graham & Baldwin 2014, "Testing for significance of increased correlation with human judgment",
 EMNLP, §3; the WMT metrics tasks since 2014.)
@@ -123,6 +132,7 @@ class SystemTest:
     ci: tuple[float, float] | None = None  # bootstrap only: percentile interval of delta
     wins_a: float | None = None  # bootstrap only: share of resamples with mean(a) > mean(b) (Koehn 2004)
     confidence: float | None = None
+    statistic: str = "mean"  # what mean_a, mean_b and delta are: the mean, or a corpus score (corpus-bleu4)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -200,6 +210,69 @@ def compare_systems(a, b, *, clusters: Sequence | None = None, n_resamples: int 
     """Both system tests with the same resample count and seed."""
     return (paired_bootstrap(a, b, clusters=clusters, n_resamples=n_resamples, seed=seed, confidence=confidence),
             approximate_randomization(a, b, clusters=clusters, n_resamples=n_resamples, seed=seed))
+
+
+def _summed_inputs(a, b, clusters) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per-cluster sums of the two systems' per-item vectors ((G, K) each) and the number of items."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.ndim != 2 or x.shape != y.shape:
+        raise CapscoreError(f"the per-item vectors of system A and system B must be two (items, K) arrays of one "
+                            f"shape; got {x.shape} and {y.shape}")
+    if len(x) < 2:
+        raise CapscoreError(f"a system comparison needs at least 2 paired items; got {len(x)}")
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise CapscoreError("the per-item vectors of a system comparison must be finite")
+    codes = cluster_index(clusters, len(x))
+    g = int(codes.max()) + 1
+    if g < 2:
+        raise CapscoreError("a system comparison needs at least 2 clusters (images); got 1")
+    sa, sb = np.zeros((g, x.shape[1])), np.zeros((g, x.shape[1]))
+    np.add.at(sa, codes, x)
+    np.add.at(sb, codes, y)
+    return sa, sb, len(x)
+
+
+def compare_summed(a, b, finish, *, clusters: Sequence | None = None, n_resamples: int = 1000, seed: int = 0,
+                   confidence: float = 0.95, statistic: str = "corpus") -> tuple[SystemTest, SystemTest]:
+    """The paired bootstrap and approximate randomisation of ``finish(Σ a) − finish(Σ b)`` (module docstring).
+
+    ``a``, ``b``: the two systems' per-item vectors ((items, K), the same items in the same order);
+    ``finish``: (..., K) sums -> (...) statistic values (e.g. ``CorpusBleu(4).finish``); ``statistic``: its
+    name, recorded in the results. The bootstrap draws image clusters with replacement and recomputes both
+    systems' statistic on the same draw; the randomisation swaps each cluster's two systems with probability
+    ½ and recomputes both pseudo-systems' statistic. p-values and interval as :func:`paired_bootstrap` and
+    :func:`approximate_randomization`.
+    """
+    _check_resamples(n_resamples, "compare_summed")
+    if not 0 < confidence < 1:
+        raise param_error("confidence", "compare_summed", "a number in (0, 1)", confidence)
+    sa, sb, n = _summed_inputs(a, b, clusters)
+    g = len(sa)
+    value_a, value_b = float(finish(sa.sum(0))), float(finish(sb.sum(0)))
+    delta = value_a - value_b
+    rng = np.random.default_rng(seed)
+    boot = np.empty(n_resamples)
+    for lo, hi in _blocks(n_resamples, g):
+        draws = _cluster_draws(rng, g, hi - lo)  # (B, G): the clusters of each resample
+        counts = np.bincount((np.arange(hi - lo)[:, None] * g + draws).ravel(),
+                             minlength=(hi - lo) * g).reshape(hi - lo, g).astype(float)
+        boot[lo:hi] = finish(counts @ sa) - finish(counts @ sb)
+    tail = (1 - confidence) / 2
+    q_lo, q_hi = np.quantile(boot, [tail, 1 - tail])
+    p = float(np.mean(np.abs(boot - delta) >= abs(delta))) if delta != 0 else 1.0
+    bootstrap = SystemTest("paired_bootstrap", value_a, value_b, delta, p, n, g, int(n_resamples), int(seed),
+                           (float(q_lo), float(q_hi)), float(np.mean(boot > 0)), confidence, statistic)
+    rng = np.random.default_rng(seed)
+    total_a, total_b, diff = sa.sum(0), sb.sum(0), sb - sa
+    perm = np.empty(n_resamples)
+    for lo, hi in _blocks(n_resamples, g):
+        swapped = 1.0 - rng.integers(0, 2, size=(hi - lo, g))  # approximate_randomization's draws: 0 = swapped
+        moved = swapped @ diff
+        perm[lo:hi] = finish(total_a + moved) - finish(total_b - moved)
+    hits = int(np.sum(np.abs(perm) >= abs(delta) - 1e-12 * max(1.0, abs(delta))))
+    randomization = SystemTest("approximate_randomization", value_a, value_b, delta, (hits + 1) / (n_resamples + 1),
+                               n, g, int(n_resamples), int(seed), statistic=statistic)
+    return bootstrap, randomization
 
 
 # ------------------------------------------------------------------------------------ two metrics
@@ -404,6 +477,7 @@ def format_comparison(c: MetricComparison) -> str:
 
 __all__ = [
     "MetricComparison", "SystemTest", "TauDifference", "WilliamsResult", "approximate_randomization",
-    "best_cluster", "cluster_index", "compare_metrics", "compare_systems", "format_comparison", "paired_bootstrap",
+    "best_cluster", "cluster_index", "compare_metrics", "compare_summed", "compare_systems", "format_comparison",
+    "paired_bootstrap",
     "tau_difference", "williams_from_r", "williams_test",
 ]

@@ -27,7 +27,7 @@ from capscore._optional import require
 from capscore._table import format_p
 from capscore.errors import param_error
 from capscore.report.rows import DEFAULT_LIMITS, Limits
-from capscore.report.runs import CorrelateRun, ProbeRun, Runs, discover, finite
+from capscore.report.runs import CorrelateRun, ProbeRun, Runs, discover, finite, headline
 
 MAX_SYSTEMS_PLOTTED = 12
 MAX_SCATTER_PANELS = 9
@@ -149,7 +149,7 @@ def section_scores(runs: Runs) -> str:
         if not r.rows_paths:
             parts.append(_note("no scored rows (the rows file is missing)"))
         for b in r.blocks.values():
-            parts.append(_score_block(b))
+            parts.append(_score_block(b, headline(s, b.model, b.metric) if r.summary_path else None))
         if isinstance(s.get("system_tests"), list) and s["system_tests"]:
             parts.append(_system_tests(s["system_tests"]))
         if r.n_errors:
@@ -160,7 +160,10 @@ def section_scores(runs: Runs) -> str:
     return "".join(parts)
 
 
-def _score_block(b) -> str:
+def _score_block(b, head: dict | None = None) -> str:
+    """One (model, metric): per system the headline its summary records (``head``: the metric's aggregate,
+    e.g. corpus BLEU; shown first, and marked on the histogram), then the distribution of the per-caption
+    scores."""
     import numpy as np
 
     out = [f"<h4>{esc(b.title)} — {b.n_scored} scored"
@@ -168,26 +171,33 @@ def _score_block(b) -> str:
     if not b.systems:
         return out[0] + _note("no scored rows")
     extra = b.parts
+    heads = {k: finite(v) for k, v in head["systems"].items()} if head else {}
     stats_rows = []
     with np.errstate(over="ignore", invalid="ignore"):  # scores near ±1e308: an overflow shows as "–", noted
         for system, d in sorted(b.systems.items()):
             x = np.frombuffer(d.scores, dtype=np.float64)
-            stats_rows.append([system or "(none)", len(x), float(x.mean()), float(np.median(x)), float(x.std()),
-                               float(x.min()), float(x.max())]
+            stats_rows.append([system or "(none)"] + ([heads.get(system)] if head else [])
+                              + [len(x), float(x.mean()), float(np.median(x)), float(x.std()), float(x.min()),
+                                 float(x.max())]
                               + [d.parts[c][0] / d.parts[c][1] if c in d.parts else None for c in extra])
-    out.append(table(["system", "n", "mean", "median", "std", "min", "max"]
+    per = head.get("per_caption") if head else None
+    if head:
+        out.append(f"<p>headline: <b>{esc(head.get('name'))}</b> (what the summary records and papers print)"
+                   + (f"; the per-caption scores below are {esc(per)}" if per else "") + "</p>")
+    out.append(table(["system"] + ([f"headline {head.get('name')}"] if head else [])
+                     + ["n", "mean", "median", "std", "min", "max"]
                      + [f"mean {PART_NAMES.get(c, c)}" for c in extra], stats_rows))
     if any(isinstance(v, float) and not math.isfinite(v) for r in stats_rows for v in r):
         out.append(_note("some statistics overflow 64-bit floats on these scores (values near ±1e308) and are "
                          "shown as –"))
-    out.append(_score_plot(b))
+    out.append(_score_plot(b, heads))
     ex = [("lowest", *x) for x in b.lowest] + [("highest", *x) for x in b.highest]
     out.append("<details><summary>lowest and highest scored captions</summary>"
                + table(["", "score", "system", "id", "caption"], ex, cls="text") + "</details>")
     return "".join(out)
 
 
-def _score_plot(b) -> str:
+def _score_plot(b, heads: dict | None = None) -> str:
     scores = {k: d.scores for k, d in b.systems.items()}
     systems = sorted(scores, key=lambda k: -len(scores[k]))[:MAX_SYSTEMS_PLOTTED]
     lo = min(min(scores[s]) for s in systems)
@@ -202,6 +212,9 @@ def _score_plot(b) -> str:
     for i, sys_ in enumerate(systems):
         ax_h.hist(scores[sys_], bins=bins, range=(lo, hi if hi > lo else lo + 1e-6), histtype="step",
                   linewidth=1.6, color=PALETTE[i % len(PALETTE)], label=_label(sys_ or "(none)"))
+        if (heads or {}).get(sys_) is not None:  # the headline (a corpus score) beside the per-caption scores
+            ax_h.axvline(heads[sys_], color=PALETTE[i % len(PALETTE)], linestyle="--", linewidth=1.2,
+                         label=_label(f"{sys_ or '(none)'}: headline", 40))
     ax_h.set_title(_label(b.title, 80), fontsize=10)
     ax_h.set_xlabel(_label(b.metric or "score"))
     ax_h.set_ylabel("captions")
@@ -214,7 +227,8 @@ def _score_plot(b) -> str:
     ax_b.set_yticks(range(1, len(systems) + 1), [_label(s or "(none)", 20) for s in systems], fontsize=8)
     ax_b.set_xlabel(_label(b.metric or "score"))
     note = "" if len(scores) <= MAX_SYSTEMS_PLOTTED else f" ({MAX_SYSTEMS_PLOTTED} largest systems plotted)"
-    return img(fig, f"score distribution per system: {b.title}" + note)
+    return img(fig, f"score distribution per system: {b.title}" + note
+               + ("; dashed: each system's headline" if heads else ""))
 
 
 def _probes_where(runs: Runs, key: str) -> list[ProbeRun]:

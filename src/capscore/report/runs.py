@@ -56,6 +56,20 @@ PARTS = tuple(c for c in NUMERIC_COLUMNS if c != "score")  # a score's parts, sh
 NOT_RECORDED = {"model": "model not recorded", "metric": "metric not recorded"}
 
 
+def _run_entry(summary: dict, model: str | None, metric: str | None) -> dict | None:
+    """The entry a score summary records for (model, metric) (its ``runs`` item, or the summary of one run)."""
+    runs = summary.get("runs") if isinstance(summary.get("runs"), list) else [summary]
+    return next((r for r in runs if isinstance(r, dict) and "model" in r and r.get("model") == model
+                 and r.get("metric") == metric), None)
+
+
+def headline(summary: dict, model: str | None, metric: str | None) -> dict | None:
+    """The headline a score summary records for (model, metric) — ``{"name", "value", "systems", ...}``, the
+    metric's own aggregate (corpus BLEU, METEOR's aggregate, a mean) — or None when it records none."""
+    own = (_run_entry(summary, model, metric) or {}).get("aggregate")
+    return own if isinstance(own, dict) and isinstance(own.get("systems"), dict) else None
+
+
 def finite(x) -> float | None:
     """A real number (int or float, not a boolean or a string) that is finite, else None."""
     if isinstance(x, bool) or not isinstance(x, (int, float)):
@@ -86,8 +100,12 @@ class ScoreBlock:
     _low: list = field(default_factory=list, repr=False)
     _high: list = field(default_factory=list, repr=False)
 
+    text_only: bool = False  # a text-only metric (BLEU, ...): its summary records no model, by design
+
     @property
     def title(self) -> str:
+        if self.text_only:
+            return f"{self.metric} (text only)"
         return f"{self.metric or NOT_RECORDED['metric']} with {self.model or NOT_RECORDED['model']}"
 
     @property
@@ -395,6 +413,7 @@ def _read_score_run(reader: _Reader, summary_path: Path | None, summary: dict, p
         for where, row in iter_score_rows(path, reader.limits):
             _add_row(run, row, where, default, reader)
     for b in run.blocks.values():
+        b.text_only = b.model is None and _run_entry(summary, None, b.metric) is not None
         b.lowest = [(-s, *item) for s, _, item in sorted(b._low, reverse=True)]
         b.highest = [(s, *item) for s, _, item in sorted(b._high, reverse=True)]
         b._low = b._high = []

@@ -45,7 +45,8 @@ COLUMNS = ("id", "image", "caption", "system", "model", "metric", "score", "erro
 # `capscore score --videos`: the final score and its parts (EMScore/PAC-S coarse, fine P/R/F, reference side)
 VIDEO_COLUMNS = ("id", "video", "caption", "system", "score", "coarse", "fine_p", "fine_r", "fine_f",
                  "ref_coarse", "ref_fine_f", "error")
-TEXT_COLUMNS = frozenset(("id", "image", "video", "caption", "system", "model", "metric", "error"))  # the rest are numbers
+# the rest are numbers; ``stats``: a classic metric's per-item statistics, space-separated (classic_stats.stats_text)
+TEXT_COLUMNS = frozenset(("id", "image", "video", "caption", "system", "model", "metric", "error", "stats"))
 FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", ".json": "json"}
 JOURNALED = ("parquet", "json")  # whole-file formats: rows go to a JSONL journal until the run ends
 
@@ -128,6 +129,8 @@ def _row_from_csv(fields: dict, where: str) -> dict:
         except ValueError:
             raise InputError(where, f"{c} is not a number", got=row[c]) from None
     row["error"] = row["error"] or None
+    if "model" in row:  # a text-only metric's rows name no model: CSV writes None as ""
+        row["model"] = row["model"] or None
     return row
 
 

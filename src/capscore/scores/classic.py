@@ -108,6 +108,7 @@ CITATIONS = {
     "spice": "Anderson et al. 2016 (SPICE), pycocoevalcap.spice",
 }
 _MEMO_MAX = 1_000_000  # texts (PTB) or pairs (METEOR, SPICE) remembered before a memo starts afresh
+_SET_MEMO_ITEMS = 200_000  # items whose BLEU/ROUGE-L/CIDEr-D results a session remembers (ClassicSession._sets)
 
 
 def __getattr__(name: str):  # ClassicStats lives with numpy; importing it here would load numpy with the registry
@@ -259,6 +260,20 @@ def _session(timeout: float | None = None) -> Iterator[ClassicSession]:
         yield s
 
 
+def in_session(func):
+    """``func`` run inside one :class:`ClassicSession` (the active one, or one opened for the call and closed
+    after it): every classic metric it scores — any number of metrics, loops, reference draws — shares one
+    METEOR process and the PTB memo."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with _session():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
 class ClassicSession:
     """The Java tools and memos of one run (module docstring): one METEOR process started on first use,
     the METEOR statistics and SPICE results of every (candidate, references) pair already scored, and the
@@ -275,8 +290,11 @@ class ClassicSession:
         self._meteor = None
         self._meteor_memo: dict[tuple, str] = {}
         self._spice_memo: dict[tuple, float] = {}
+        self._sets: dict[tuple, dict] = {}  # (backend, candidates, references) -> metric -> (values, stats)
+        self._set_items = 0
         self._tokens: list[contextvars.Token] = []
         self.closed = False
+        self.prepared = False  # a run's texts were tokenised (ClassicFormula.session)
 
     def __enter__(self) -> ClassicSession:
         self._tokens.append(_ACTIVE.set(self))
@@ -357,7 +375,7 @@ class ClassicSession:
 
         out: dict[str, ClassicStats] = {}
         text = [m for m in names if m.startswith("bleu") or m in ("rouge-l", "cider")]
-        made = _native(text, cands, refs) if backend == "native" else _pycocoevalcap(text, cands, refs)
+        made = self._text_scores(text, cands, refs, backend)
         for m, (values, stats) in made.items():
             warn = ()
             if m == "cider":
@@ -376,6 +394,24 @@ class ClassicSession:
                 if bad else ()
             out["spice"] = ClassicStats("spice", values, values[:, None], tokenizer, backend, warn)
         return {m: out[m] for m in names}
+
+    def _text_scores(self, names, cands, refs, backend) -> dict[str, tuple]:
+        """(values, stats) of the BLEU-n, ROUGE-L and CIDEr-D ``names`` on one tokenised set, remembered for the
+        session: a run scores metric after metric on the same blocks, and one BLEU count gives all four n."""
+        if not names:
+            return {}
+        key = (backend, tuple(cands), tuple(map(tuple, refs)))
+        known = self._sets.setdefault(key, {})
+        todo = [m for m in names if m not in known]
+        if any(m.startswith("bleu") for m in todo):
+            todo = list(dict.fromkeys(todo + ["bleu1", "bleu2", "bleu3", "bleu4"]))
+        if todo:
+            if len(known) == 0:
+                self._set_items += len(cands)
+                if self._set_items > _SET_MEMO_ITEMS:  # bounded: a sharded run of millions forgets old blocks
+                    self._sets, self._set_items = {key: known}, len(cands)
+            known.update((_native if backend == "native" else _pycocoevalcap)(todo, cands, refs))
+        return {m: known[m] for m in names}
 
     def _meteor_scores(self, cands, refs, item_names):
         import numpy as np
@@ -523,62 +559,133 @@ def spice(gts: dict, res: dict) -> np.ndarray:
 @dataclass(frozen=True)
 class ClassicFormula:
     """The registry's formula for one classic metric: it reads the captions and references of the batch (no
-    vectors) and scores them together in the :func:`active_session` (or a session of its own). Options
-    ``tokenizer`` (``"ptb"`` default, ``"simple"``, ``"none"``) and ``classic_backend`` (``"native"`` default,
-    ``"pycocoevalcap"``). CIDEr declares ``corpus``: its IDF comes from the batch, so a face must pass the
-    whole evaluated set as one batch; a face that wants the corpus headline of any classic metric passes the
-    whole set too and calls :meth:`stats`."""
+    vectors) and scores each system (caption set) of the batch as its own evaluated set, in the
+    :func:`active_session` (or a session of its own). Options ``tokenizer`` (``"ptb"`` default, ``"simple"``,
+    ``"none"``) and ``classic_backend`` (``"native"`` default, ``"pycocoevalcap"``).
+
+    BLEU and METEOR rows carry the per-item statistics of the corpus score as the ``stats`` column
+    (:func:`capscore.scores.classic_stats.stats_text`), from which the registry row's ``aggregate`` (the
+    headline) is rebuilt. CIDEr declares ``corpus``: its IDF comes from the batch, so a face passes the whole
+    evaluated set as one batch. :meth:`session` is the run's: a face opens it once around a run (one PTB pass
+    over every text, one METEOR process, the Java checks before anything is scored)."""
 
     metric: str
     needs: frozenset = frozenset({"refs"})
     columns: tuple = ()
 
-    def stats(self, batch) -> ClassicStats:
-        """The batch's :class:`~capscore.scores.classic_stats.ClassicStats` (values and corpus headline)."""
+    def _options(self, options) -> tuple[str, str]:
+        tokenizer, backend = options.get("tokenizer", "ptb"), options.get("classic_backend", "native")
+        _check_options(self.metric, tokenizer, backend)
+        return tokenizer, backend
+
+    def systems(self, batch) -> list[tuple[list[int], ClassicStats]]:
+        """Each system of the batch scored as its own evaluated set (as pycocoevalcap scores one results
+        file): (the positions of its records in the batch, its ClassicStats)."""
         from capscore._log import warn
 
+        tokenizer, backend = self._options(batch.options)
+        groups: dict[str, list[int]] = {}
+        for i, r in enumerate(batch.records):
+            groups.setdefault(r.system, []).append(i)
+        recs = batch.records
         with _session() as s:
-            res = s.score([self.metric], [batch.prefix + r.caption for r in batch.records],
-                          [[batch.prefix + x for x in r.refs] for r in batch.records],
-                          tokenizer=batch.options.get("tokenizer", "ptb"),
-                          backend=batch.options.get("classic_backend", "native"),
-                          ids=[r.id for r in batch.records])[self.metric]
-        for w in res.warnings:
-            warn(w)
-        return res
+            res = s.score_systems([self.metric], {
+                system: ([batch.prefix + recs[i].caption for i in idx],
+                         [[batch.prefix + x for x in recs[i].refs] for i in idx]) for system, idx in groups.items()},
+                tokenizer=tokenizer, backend=backend, ids={system: [recs[i].id for i in idx]
+                                                           for system, idx in groups.items()})
+        out = []
+        for system, idx in groups.items():
+            stats = res[system][self.metric]
+            for w in stats.warnings:
+                warn(w)
+            out.append((idx, stats))
+        return out
+
+    def stats(self, batch) -> ClassicStats:
+        """The batch as one evaluated set (whatever its systems): its ClassicStats (values and headline)."""
+        tokenizer, backend = self._options(batch.options)
+        with _session() as s:
+            return s.score([self.metric], [batch.prefix + r.caption for r in batch.records],
+                           [[batch.prefix + x for x in r.refs] for r in batch.records], tokenizer=tokenizer,
+                           backend=backend, ids=[r.id for r in batch.records])[self.metric]
 
     def compute(self, batch):
+        from capscore.scores.classic_stats import stats_text
         from capscore.scores.metric import Values
 
-        return Values([float(v) for v in self.stats(batch).values])
+        scores = [0.0] * len(batch.records)
+        parts = {c: [None] * len(batch.records) for c in self.columns}
+        for idx, stats in self.systems(batch):
+            for k, i in enumerate(idx):
+                scores[i] = float(stats.values[k])
+                if "stats" in parts:
+                    parts["stats"][i] = stats_text(stats.stats[k])
+        return Values(scores, parts)
+
+    @contextlib.contextmanager
+    def session(self, texts, options) -> Iterator[ClassicSession]:
+        """The run's :class:`ClassicSession`: the active one, else one opened here and closed when the run
+        ends (every classic metric of a run enters it; the first opens it). The tools this metric needs
+        (pycocoevalcap, Java, the CoreNLP jars for SPICE) are checked first, so a missing one is a one-line
+        error before any row is scored; then ``texts()`` (every caption and reference of the run, or None
+        for a source too large to hold) are tokenised in one PTB pass."""
+        from capscore.scores.classic_java import pycoco_dir
+
+        tokenizer, _ = self._options(options)
+        pycoco_dir()
+        if self.metric in NEEDS_JAVA or tokenizer == "ptb":
+            need_java(self.metric.upper() if self.metric in NEEDS_JAVA else "PTB tokenisation (the COCO "
+                      "tokenizer of pycocoevalcap; tokenizer 'simple' is a Java-free approximation)")
+        if self.metric == "spice":
+            spice_jars()
+        with _session() as s:
+            if texts is not None and tokenizer == "ptb" and not s.prepared:
+                s.prepare(list(texts()), tokenizer="ptb")
+                s.prepared = True
+            yield s
 
     def describe(self, options) -> str:
         """The identity a result records in place of a backbone's."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            v = version("pycocoevalcap")
-        except PackageNotFoundError:
-            v = "(not installed)"
         backend = options.get("classic_backend", "native")
-        return (f"pycocoevalcap {v}, {options.get('tokenizer', 'ptb')} tokenizer"
+        return (f"pycocoevalcap {pycocoevalcap_version()}, {options.get('tokenizer', 'ptb')} tokenizer"
                 + (f", {backend} backend" if backend != "native" else ""))
 
 
+def pycocoevalcap_version() -> str:
+    """The installed pycocoevalcap's version, or ``(not installed)``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pycocoevalcap")
+    except PackageNotFoundError:
+        return "(not installed)"
+
+
+def _aggregate(name: str):
+    from capscore.scores.classic_stats import classic_aggregate
+
+    return classic_aggregate(name)
+
+
 def _register() -> None:
+    from functools import partial
+
     from capscore.scores.metric import Metric, register
 
     cites = {"bleu1": "bleu", "bleu2": "bleu", "bleu3": "bleu", "bleu4": "bleu"}
     ranges = {"cider": (0.0, 10.0)}  # CIDEr-D: 10 x a mean of cosines
     for name in CLASSIC_METRICS:
         needs = frozenset({"refs", "corpus"}) if name == "cider" else frozenset({"refs"})
-        register(Metric(name=name, citation=CITATIONS[cites.get(name, name)], image=ClassicFormula(name, needs),
-                        needs_refs=True, prefix="", range=ranges.get(name, (0.0, 1.0)),
+        columns = ("stats",) if name.startswith("bleu") or name == "meteor" else ()
+        register(Metric(name=name, citation=CITATIONS[cites.get(name, name)],
+                        image=ClassicFormula(name, needs, columns), needs_refs=True, prefix="",
+                        range=ranges.get(name, (0.0, 1.0)),
                         note="text only (no backbone): pycocoevalcap on PTB-tokenised captions and references"
                              + ("; IDF over the whole evaluated set" if name == "cider" else "")
                              + ("; needs Java" if name in NEEDS_JAVA else "")
                              + ("; needs the CoreNLP 3.6.0 jars" if name == "spice" else ""),
-                        default_model=""))
+                        default_model="", aggregate=partial(_aggregate, name)))
 
 
 _register()
@@ -586,6 +693,6 @@ _register()
 
 __all__ = [
     "BACKENDS", "CIDER_MIN_IMAGES", "CLASSIC_METRICS", "CORENLP_JARS", "ClassicFormula",
-    "ClassicSession", "ClassicStats", "TOKENIZERS", "active_session", "classic_score", "classic_scores",
+    "ClassicSession", "ClassicStats", "TOKENIZERS", "active_session", "classic_score", "classic_scores", "in_session",
     "corenlp_dir", "jar_problem", "java", "line_safe", "score_tokenized", "simple_tokenize", "spice", "spice_dirs", "tokenize",
 ]

@@ -19,6 +19,11 @@ headline of any multiset of items (a bootstrap resample) is a sum and a formula 
 ``spice``
 ==============  =======================================================================================
 
+In a run's rows (``capscore score``) the per-item statistics of BLEU and METEOR are the ``stats`` column: the
+numbers of one item's row, space-separated (:func:`stats_text`), so a summary, a resumed run, ``compare`` and
+``report`` rebuild the headline from the rows alone (:func:`classic_aggregate`: the metric's
+:class:`~capscore.scores.aggregate.Summed` aggregate).
+
 CIDEr-D's IDF is computed once over the evaluated set (its references, one document per image), as
 pycocoevalcap does; a resample keeps that IDF and averages the resampled items' values. Recomputing the IDF
 on each resample would treat an image drawn twice as two documents: its own n-grams' document frequency
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from capscore.errors import param_error
+from capscore.scores.aggregate import Summed
 
 BLEU_TINY, BLEU_SMALL = 1e-15, 1e-9  # pycocoevalcap.bleu.bleu_scorer's smoothing constants
 #: METEOR 1.5's English parameters (``-l en``, default ranking task): alpha, beta, gamma, delta, and the
@@ -182,3 +188,80 @@ class ClassicStats:
         if self.kind == "bleu":
             return bleu_from_stats(totals)[..., int(self.name[-1]) - 1]
         return meteor_from_stats(totals)
+
+
+# ------------------------------------------------------------------------------------ headlines from rows
+def stats_text(values) -> str:
+    """One item's statistics as the rows' ``stats`` column: its numbers space-separated (integral ones
+    without a point), e.g. ``"14 13 14 13 12 11 13 9 6 4"`` for a BLEU row of :data:`BLEU_COLUMNS`."""
+    return " ".join(format(float(x), ".17g") for x in values)
+
+
+def parse_stats(text, width: int, metric: str) -> list[float]:
+    """The numbers of a ``stats`` cell (:func:`stats_text`); ``ValueError`` saying what is wrong."""
+    if not isinstance(text, str):
+        raise ValueError(f"{metric} needs the per-item statistics of its corpus score in the 'stats' column "
+                         f"({width} numbers); got {'none' if text is None else type(text).__name__}")
+    try:
+        values = [float(x) for x in text.split()]
+    except ValueError:
+        raise ValueError(f"the 'stats' column of a {metric} row holds something other than numbers: "
+                         f"{text[:60]!r}") from None
+    if len(values) != width or not all(np.isfinite(values)) or min(values) < 0:
+        raise ValueError(f"the 'stats' column of a {metric} row must hold {width} non-negative numbers; got "
+                         f"{text[:80]!r}")
+    return values
+
+
+class CorpusBleu(Summed):
+    """Corpus BLEU-n from the rows' summed :data:`BLEU_COLUMNS` (pycocoevalcap's ``Bleu(4)`` headline)."""
+
+    width = len(BLEU_COLUMNS)
+
+    def __init__(self, n: int) -> None:
+        self.order = n
+        self.name = f"corpus-bleu{n}"
+        self.per_caption = f"sentence-level BLEU-{n}"
+        super().__init__()
+
+    def vector(self, row) -> list[float]:
+        return parse_stats(row.get("stats"), self.width, f"bleu{self.order}")
+
+    def finish(self, totals):
+        return bleu_from_stats(totals)[..., self.order - 1]
+
+
+class CorpusMeteor(Summed):
+    """The METEOR jar's aggregate from the rows' summed statistics lines (:func:`meteor_summable` first)."""
+
+    name = "corpus-meteor"
+    width = 23
+    per_caption = "segment-level METEOR"
+
+    def vector(self, row) -> list[float]:
+        return meteor_summable(np.array([parse_stats(row.get("stats"), self.width, "meteor")]))[0].tolist()
+
+    def finish(self, totals):
+        return meteor_from_stats(totals)
+
+
+class ItemMean(Summed):
+    """The mean of the rows' scores (ROUGE-L, CIDEr-D, SPICE: pycocoevalcap's headline), as a sum of
+    ``(score, 1)`` so that resampling tests treat it like the corpus scores."""
+
+    name = "mean"
+    width = 2
+
+    def vector(self, row) -> list[float]:
+        return [float(row["score"]), 1.0]
+
+    def finish(self, totals):
+        t = np.asarray(totals, dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return t[..., 0] / t[..., 1]
+
+
+def classic_aggregate(name: str) -> Summed:
+    """A fresh headline aggregate of the classic metric ``name`` (the registry rows' ``aggregate``)."""
+    kind = aggregate_kind(name)
+    return CorpusBleu(int(name[-1])) if kind == "bleu" else CorpusMeteor() if kind == "meteor" else ItemMean()

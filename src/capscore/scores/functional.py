@@ -29,11 +29,13 @@ from capscore.scores.metric import EmbeddingBatch, Metric, Values, get_metric
 
 def check_record(rec, metric: Metric) -> InputError | None:
     """The record checks every metric shares: the caption and references are non-empty strings, and a
-    reference-based metric has references. Returns the error naming the record (its source, else its id)."""
+    reference-based metric has references. Returns the error naming the record (its source, else its id).
+    A text-only metric (the classic ones) scores an empty caption as its reference code does (0), since a
+    captioning model that wrote nothing is part of the evaluated set its corpus score covers."""
     where = rec.source or f"item {rec.id}"
     if not isinstance(rec.caption, str):
         return InputError(where, "caption is not a string", got=rec.caption)
-    if not rec.caption.strip():
+    if not rec.caption.strip() and not metric.text_only():
         return InputError(where, "empty caption")
     for r in rec.refs:
         if not isinstance(r, str) or not r.strip():

@@ -31,6 +31,8 @@ from typing import Any, Protocol
 #: ``global`` vectors, text ``tokens``, image ``patches``, video ``frames``, ``refs`` (references),
 #: ``parse`` (a parser such as spaCy), ``corpus`` (the whole evaluated set at once, e.g. CIDEr's IDF).
 NEEDS = frozenset({"global", "tokens", "patches", "frames", "refs", "parse", "corpus"})
+#: The needs that take a backbone: a metric needing none of them reads text only (the classic metrics).
+VECTOR_NEEDS = frozenset({"global", "tokens", "patches", "frames"})
 
 
 @dataclass
@@ -176,6 +178,13 @@ class Metric:
 
     def needs(self, medium: str = "image") -> frozenset:
         return self.formula(medium).needs | ({"refs"} if self.needs_refs else frozenset())
+
+    def text_only(self, medium: str | None = None) -> bool:
+        """Whether the metric reads only the text (captions, references) on ``medium`` (default: on every
+        medium it scores): no backbone, image or video is loaded for it, and its rows and summary record no
+        model (the classic metrics)."""
+        media = self.media if medium is None else (medium,)
+        return not any(self.formula(m).needs & VECTOR_NEEDS for m in media)
 
     def columns(self, medium: str = "image") -> tuple[str, ...]:
         """Extra row columns beside the score (e.g. image_score, ref_score)."""
