@@ -21,8 +21,9 @@ Flickr8k-Expert repeats a caption once per expert, ``--refs`` references per ima
 ``model.predict(samples, batch_size=B)`` gets one sample per row with the decoded PIL image; capscore
 gets the same rows and PIL objects and encodes each distinct image and text once. Timed: the authors'
 ``predict``; capscore with ``layer_norm="batch"`` (the authors' batch statistics, same ``B``: the parity
-run) and with the default ``layer_norm="sentence"``. Printed: seconds, pairs/s, ratio, max |Δ| of the
-scores, the load average before and after.
+run) and with the default ``layer_norm="sentence"``, after one warm-up call of each on two batches, best
+of ``--repeats`` interleaved runs. Printed: seconds, pairs/s, ratio, max |Δ| of the scores, the load
+average before, during and after.
 
     python benchmarks/learned_throughput.py                                  # real sizes, Polos
     python benchmarks/learned_throughput.py --metrics polos deneb --images 4
@@ -264,7 +265,7 @@ def run_metric(name: str, authors, args, folder: Path, scratch: Path, rows: list
     from capscore.scores import polos as pl
 
     ckpt = save_checkpoint(authors, scratch / f"{name}-{args.sizes}.ckpt")
-    weights = scratch / "weights"
+    weights = scratch / f"weights-{args.sizes}"
     (weights / "sup-simcse-roberta-base").mkdir(parents=True, exist_ok=True)
     for f in folder.iterdir():
         target = weights / "sup-simcse-roberta-base" / f.name
@@ -281,6 +282,10 @@ def run_metric(name: str, authors, args, folder: Path, scratch: Path, rows: list
     print(f"\n{name} ({args.sizes} sizes): {len(rows)} rows = {args.images} images x {args.captions} captions x "
           f"{args.ratings} ratings, {args.refs} references each; batch size {args.batch_size}; "
           f"{torch.get_num_threads()} threads; load {load()}")
+    few = min(len(rows), 2 * args.batch_size)  # warm-up: first calls pay for kernel selection and page faults
+    with torch.inference_mode():
+        authors.predict([dict(r) for r in rows[:few]], cuda=False, show_progress=False, batch_size=args.batch_size)
+    score(model, images[:few], caps[:few], refs[:few], batch_size=args.batch_size)
     best = {}
     for rep in range(args.repeats):  # interleaved, best of each
         with torch.inference_mode():
