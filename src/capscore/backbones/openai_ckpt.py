@@ -106,17 +106,19 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         raise CapscoreError(f"{p}: checkpoint file not found")
     if p.is_dir():
         raise CapscoreError(f"{p}: is a folder, not a checkpoint file (for a Hugging Face folder use hf:{p})")
-    if p.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            obj = load_file(str(p))
-        except (SafetensorError, OSError, ValueError) as e:
-            raise CapscoreError(f"{p}: not a readable safetensors file ({_first_line(e)})") from None
-    else:
-        obj = _torch_load(p)
+    obj = read_safetensors(p) if p.suffix == ".safetensors" else _torch_load(p)
     return unwrap_state_dict(obj, where=str(p))
+
+
+def read_safetensors(p: Path) -> dict[str, torch.Tensor]:
+    """A ``.safetensors`` file's tensors; a file that is not one is a one-line error naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(p))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CapscoreError(f"{p}: not a readable safetensors file ({_first_line(e)})") from None
 
 
 def _first_line(e: BaseException) -> str:

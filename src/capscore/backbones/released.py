@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from capscore.backbones.openai_ckpt import _first_line, read_safetensors
 from capscore.errors import CapscoreError
 
 #: Classes a Lightning checkpoint may name that we replace by inert stand-ins (prefixes / exact names).
@@ -99,11 +100,6 @@ def _torch_load(path: Path) -> object:
         raise CapscoreError(f"{path}: unreadable checkpoint ({type(e).__name__}: {_first_line(e)})") from None
 
 
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0][:160] if lines else type(e).__name__
-
-
 def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     """(state dict, hyper-parameters) of a ``.safetensors`` file or a Lightning/plain ``.ckpt``/``.pt``.
 
@@ -115,13 +111,7 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
         raise CapscoreError(f"{p}: checkpoint file not found")
     hparams: dict = {}
     if p.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            sd = load_file(str(p))
-        except (SafetensorError, OSError, ValueError) as e:
-            raise CapscoreError(f"{p}: not a readable safetensors file ({_first_line(e)})") from None
+        sd = read_safetensors(p)
     else:
         obj = _torch_load(p)
         if isinstance(obj, Mapping) and isinstance(obj.get("state_dict"), Mapping):

@@ -38,12 +38,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from capscore.backbones.released import Part, WeightsFile, find_weights, numbered, read_checkpoint, shape_of, take
+from capscore.backbones.released import Part, WeightsFile, find_weights, numbered, shape_of, take
 from capscore.backbones.sentence import SentenceEncoder
 from capscore.errors import CapscoreError
 from capscore.scores.polos import (
-    SIMCSE, Features, ScalarMix, activation, check_hparams, encoder_layers, extract, hidden_sizes,
-    linears, mix_layers, mix_part, mlp, mlp_part, reference_vectors, run_head, scalar_mix,
+    SIMCSE, Features, ScalarMix, activation, extract, hidden_sizes, linears, mix_layers, mix_part, mlp,
+    mlp_part, open_checkpoint, reference_vectors, run_head, scalar_mix,
 )
 
 CITATION = ("Matsuda, Wada, Sugiura. DENEB: A Hallucination-Robust Automatic Evaluation Metric for Image "
@@ -185,13 +185,7 @@ def read_deneb(path: str | Path) -> tuple[DenebHead, dict[str, torch.Tensor], di
     ``pos_encoder.pe`` / ``pos_encoder2.pe`` (1000, 1, 2D), ``cls_token1`` / ``cls_token2`` (1, 1, 2D),
     ``pacs_clip.*`` (PAC-S open_clip ViT-L/14)."""
     where = str(path)
-    sd, hparams = read_checkpoint(path)
-    check_hparams(hparams, where=where)
-    if "encoder.model.embeddings.word_embeddings.weight" not in sd or "pacs_clip.text_projection" not in sd:
-        raise CapscoreError(f"{where}: not a DENEB checkpoint (no encoder.model.* or pacs_clip.* tensors)")
-    n_layers = encoder_layers(sd, "encoder.model.")
-    d = int(sd["encoder.model.embeddings.word_embeddings.weight"].shape[1])
-    e = int(sd["pacs_clip.text_projection"].shape[1])
+    sd, hparams, n_layers, d, e = open_checkpoint(path, clip_prefix="pacs_clip.", metric="DENEB")
     if e != d:
         raise CapscoreError(f"{where}: the CLIP width ({e}) differs from the sentence encoder's ({d}); DENEB's "
                             "shared upsampler needs them equal")

@@ -243,6 +243,18 @@ class PolosModel:
     source: str = ""
 
 
+def open_checkpoint(path: str | Path, *, clip_prefix: str, metric: str) -> tuple[dict, dict, int, int, int]:
+    """(state dict, hyper-parameters, encoder layers + 1, sentence width D, CLIP width E) of a Polos-family
+    checkpoint (``encoder.model.*`` RoBERTa, a CLIP tower under ``clip_prefix``), its configuration checked."""
+    sd, hparams = read_checkpoint(path)
+    check_hparams(hparams, where=str(path))
+    if "encoder.model.embeddings.word_embeddings.weight" not in sd or f"{clip_prefix}text_projection" not in sd:
+        raise CapscoreError(f"{path}: not a {metric} checkpoint (no encoder.model.* or {clip_prefix}* tensors)")
+    return (sd, hparams, encoder_layers(sd, "encoder.model."),
+            int(sd["encoder.model.embeddings.word_embeddings.weight"].shape[1]),
+            int(sd[f"{clip_prefix}text_projection"].shape[1]))
+
+
 def read_polos(path: str | Path) -> tuple[PolosHead, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(head, sentence-encoder tensors, CLIP tensors) of a Polos checkpoint, its layout checked strictly.
 
@@ -250,13 +262,7 @@ def read_polos(path: str | Path) -> tuple[PolosHead, dict[str, torch.Tensor], di
     dropout buffers), ``ff.0.ff.linear_{1,2,3}.*`` (6144 → 2304 → 1152 → 1), ``clip.*`` (OpenAI CLIP
     ViT-B/32). Every tensor must be claimed by one of them."""
     where = str(path)
-    sd, hparams = read_checkpoint(path)
-    check_hparams(hparams, where=where)
-    if "encoder.model.embeddings.word_embeddings.weight" not in sd or "clip.text_projection" not in sd:
-        raise CapscoreError(f"{where}: not a Polos checkpoint (no encoder.model.* or clip.* tensors)")
-    n_layers = encoder_layers(sd, "encoder.model.")
-    d = int(sd["encoder.model.embeddings.word_embeddings.weight"].shape[1])
-    e = int(sd["clip.text_projection"].shape[1])
+    sd, hparams, n_layers, d, e = open_checkpoint(path, clip_prefix="clip.", metric="Polos")
     ff = mlp_part("ff.0.ff.", sd, 4 * d + 6 * e, hidden_sizes(hparams), where=where)
     parts = take(sd, {"encoder": Part("encoder.model.", open=True), "clip": Part("clip.", open=True),
                       "mix": mix_part(n_layers), "ff": ff}, where=where)
