@@ -19,7 +19,8 @@ check also checks capscore's reading of the authors' layout.
 Data (``--images`` × ``--captions`` distinct captions, each repeated ``--ratings`` times as
 Flickr8k-Expert repeats a caption once per expert, ``--refs`` references per image): the authors'
 ``model.predict(samples, batch_size=B)`` gets one sample per row with the decoded PIL image; capscore
-gets the same rows and PIL objects and encodes each distinct image and text once. Timed: the authors'
+gets the same rows and PIL objects and encodes each distinct image and text once (its encoders in batches
+of 64, the engine's default; its head in the authors' batches of B). Timed: the authors'
 ``predict``; capscore with ``layer_norm="batch"`` (the authors' batch statistics, same ``B``: the parity
 run) and with the default ``layer_norm="sentence"``, after one warm-up call of each on two batches, best
 of ``--repeats`` interleaved runs. Printed: seconds, pairs/s, ratio, max |Δ| of the scores, the load

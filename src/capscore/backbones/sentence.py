@@ -142,12 +142,11 @@ class SentenceEncoder:
             mask[i, : len(r)] = 1
         out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), output_hidden_states=True)
         hidden = torch.stack(out.hidden_states, dim=1).float().cpu()  # (n, L, T, D)
-        m = mask[:, None, :, None].to(torch.float64)
-        h64 = hidden.to(torch.float64) * m
+        hidden = hidden * mask[:, None, :, None]  # padding out of the sums
         return SentenceFeatures(
             first=hidden[:, :, 0, :].contiguous(),
-            sums=h64.sum(dim=(2, 3)),
-            sumsq=(h64 * h64).sum(dim=(2, 3)),
+            sums=hidden.sum(dim=(2, 3), dtype=torch.float64),  # float64 accumulators: the batch scope adds them up
+            sumsq=(hidden * hidden).sum(dim=(2, 3), dtype=torch.float64),
             counts=mask.sum(1).to(torch.float64) * hidden.shape[-1],
         )
 

@@ -243,10 +243,11 @@ def load_deneb(weights_dir: str | Path | None, *, device: str = "cpu", dtype: st
 
 
 def score_deneb(model: DenebModel, images: Sequence, captions: Sequence[str], refs: Sequence[Sequence[str]], *,
-                layer_norm: str = "sentence", batch_size: int = 32) -> list[float]:
+                layer_norm: str = "sentence", batch_size: int = 32, encode_batch_size: int = 64) -> list[float]:
     """DENEB for each (image, caption, references) item: features once for all items (each distinct image
-    and text once), then the head (in groups of ``batch_size`` for ``layer_norm="batch"``)."""
+    and text once, encoders in batches of ``encode_batch_size``), then the head (in groups of
+    ``batch_size`` for ``layer_norm="batch"``: the authors' batch)."""
     feats = extract(model.sentence, model.clip, images, captions, refs, clip_prefix=CLIP_PREFIX,
-                    batch_size=batch_size)
+                    batch_size=encode_batch_size)
     return run_head(lambda f, layer_norm: deneb_head(f, model.head, layer_norm=layer_norm), feats,
                     layer_norm=layer_norm, batch_size=batch_size)

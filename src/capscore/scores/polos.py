@@ -354,11 +354,12 @@ def run_head(head_fn, feats: Features, *, layer_norm: str, batch_size: int) -> l
 
 
 def score_polos(model: PolosModel, images: Sequence, captions: Sequence[str], refs: Sequence[Sequence[str]], *,
-                layer_norm: str = "sentence", batch_size: int = 32) -> list[float]:
-    """Polos for each (image, caption, references) item: features once for all items, then the head
-    (in groups of ``batch_size`` for ``layer_norm="batch"``)."""
+                layer_norm: str = "sentence", batch_size: int = 32, encode_batch_size: int = 64) -> list[float]:
+    """Polos for each (image, caption, references) item: features once for all items (encoders in batches
+    of ``encode_batch_size``), then the head (in groups of ``batch_size`` for ``layer_norm="batch"``: the
+    authors' batch)."""
     feats = extract(model.sentence, model.clip, images, captions, refs, clip_prefix=CLIP_PREFIX,
-                    batch_size=batch_size)
+                    batch_size=encode_batch_size)
     return run_head(lambda f, layer_norm: polos_head(f, model.head, layer_norm=layer_norm), feats,
                     layer_norm=layer_norm, batch_size=batch_size)
 
