@@ -302,7 +302,7 @@ def write_results(path: Path, results: Sequence[RowResult], *, table: str, data_
 
 
 __all__ = [
-    "DATA_LAYOUT", "NOT_REGISTERED", "PaperRow", "RowResult", "TABLES_DIR", "data_files", "default_root", "format_results",
+    "DATA_LAYOUT", "PaperRow", "RowResult", "TABLES_DIR", "data_files", "default_root", "format_results",
     "format_tables", "missing_data", "missing_tools", "read_table", "run_table", "table_names", "weights_file",
     "write_results",
 ]
