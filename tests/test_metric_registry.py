@@ -131,7 +131,7 @@ def test_a_metric_of_the_other_medium_is_one_line(inputs, capsys):
             tmp_path / "caps.jsonl", "--out", tmp_path / "o.jsonl"]
     assert main([str(a) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--metric emscore scores videos; use it with --videos" in err[0]
+    assert len(err) == 1 and "--metric 'emscore' scores videos, not images; use it with --videos" in err[0]
 
 
 def test_registry_rows_declare_what_a_face_needs():

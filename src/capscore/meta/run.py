@@ -240,7 +240,7 @@ def run_correlate_video(job: CorrelateJob):
     """``job.dataset`` one of the video datasets (vatex-eval, activitynet-foil, scenes-video): every video
     metric on every backbone, over frames sampled by ``job.frames`` (default uniform:10; docs/video.md)."""
     from capscore._log import is_quiet
-    from capscore.data.video import Sampling
+    from capscore.data.video import DEFAULT_SAMPLING, Sampling
     from capscore.embed.factory import make_encoder, open_cache
     from capscore.meta.video import evaluate_video, load_video_dataset
     from capscore.scores.metric import metric_names
@@ -254,7 +254,7 @@ def run_correlate_video(job: CorrelateJob):
         if m not in metric_names("video"):
             raise CapscoreError(f"metric {m} scores images; {job.dataset} is a video dataset")
     metrics = list(job.metrics)
-    sampling = Sampling.parse(job.frames or "uniform:10")
+    sampling = Sampling.parse(job.frames or DEFAULT_SAMPLING)
     ds = load_video_dataset(job.dataset, job.path, job.videos, seed=job.seed, n_scenes=job.scenes)
     encoding = _encoding(job)
     store, results = open_cache(encoding), []
