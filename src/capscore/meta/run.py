@@ -160,14 +160,18 @@ def correlate_file(scores: str, job: CorrelateJob, *, human: str | None = None, 
                    human_column: str | None = None, id_column: str = "id"):
     """Scores computed elsewhere (``scores``: JSONL/CSV/Parquet with ``id_column`` and ``score_column``)
     correlated with the human scores of the file ``human``, else of ``job``'s dataset; ``job`` also gives
-    the statistics, ties, bootstrap and seed."""
-    from capscore.meta.evaluate import correlate_scores, read_human, read_scores
+    the statistics, ties, bootstrap and seed. Rows join items by id, and by image where both name one;
+    a file whose ids are line numbers is refused unless every row's image confirms its item
+    (:func:`capscore.meta.evaluate.check_join`)."""
+    from capscore.meta.evaluate import check_join, correlate_scores, read_human, read_scores
 
     if human is None and not job.dataset:
         raise param_error("human", "correlate_file", "a file of human scores when job names no dataset", human)
     truth = read_human(human, column=human_column, id_column=id_column) if human is not None else load(job)
     errors: set[str] = set()
-    values, skipped = read_scores(scores, column=score_column, id_column=id_column, error_ids=errors)
+    rows: list[tuple[str, str]] = []
+    values, skipped = read_scores(scores, column=score_column, id_column=id_column, error_ids=errors, rows=rows)
+    check_join(scores, rows, truth)  # by (id, image); line-number ids only where images confirm them
     result = correlate_scores(values, truth, metric_name=f"{Path(scores).name}:{score_column}", columns=job.stats,
                               ties=job.ties, skipped=skipped, source=scores, n_resamples=job.bootstrap,
                               seed=job.seed)
