@@ -71,3 +71,19 @@ def test_the_command_line_names_the_flags_of_the_jobs_checks(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and flags in err[0], err
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    ("--abe-k", "0", "argument --abe-k: must be a positive integer; got 0"),
+    ("--abe-omega", "1.5", "argument --abe-omega: must be a probability in [0, 1]; got 1.5"),
+    ("--workers", "0", "argument --workers: must be a positive integer; got 0"),
+    ("--threads-per-worker", "-1", "argument --threads-per-worker: must be a positive integer; got -1"),
+    ("--gpus-per-worker", "0", "argument --gpus-per-worker: must be a number > 0; got 0"),
+    ("--max-member-mb", "inf", "argument --max-member-mb: must be a finite number; got 'inf'"),
+])
+def test_flag_values_out_of_range_are_refused_while_parsing(tmp_path, capsys, flag, value, says):
+    from capscore.cli import main
+
+    assert main(["score", "--webdataset", str(tmp_path / "none.tar"), "--out", str(tmp_path / "o/"), flag, value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err

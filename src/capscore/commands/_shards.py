@@ -49,8 +49,8 @@ def add_engine_arguments(p, *, score: bool = True) -> None:
                    help="local: this process (default); ray: encode on a pool of Ray actors over a cluster")
     g.add_argument("--address", metavar="ADDR",
                    help="--engine ray: the cluster to join (e.g. auto, or HOST:6379); default: a local cluster")
-    g.add_argument("--workers", type=positive_int, metavar="N", help="--engine ray: encoder actors (default: 1 per GPU "
-                                                             "with --device cuda, else 1 per 2 CPUs)")
+    g.add_argument("--workers", type=positive_int, metavar="N",
+                   help="--engine ray: encoder actors (default: 1 per GPU with --device cuda, else 1 per 2 CPUs)")
     g.add_argument("--gpus-per-worker", type=positive_float, default=1.0, metavar="G",
                    help="--engine ray with --device cuda: GPUs per encoder actor (default 1; 0.5 packs two)")
     g.add_argument("--threads-per-worker", type=positive_int, default=1, metavar="T",
