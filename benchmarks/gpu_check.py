@@ -9,7 +9,13 @@ no download is needed:
    max |Δcos| between the two (expected ≤ 1e-5 in fp32, ≤ 1e-2 in fp16);
 2. the Ray engine with CUDA actors (``capscore score --engine ray --device cuda`` on generated
    WebDataset shards, one actor per GPU): pairs/s, marginal over two sizes so start-up cancels;
-3. ABE-CLIP on the GPU (ViT-B-32, fp32): pairs/s, and its ratio to CLIP-S on the same pairs.
+3. ABE-CLIP on the GPU (ViT-B-32, fp32): pairs/s, and its ratio to CLIP-S on the same pairs;
+4. FLEUR (``capscore.scores.judge``) on a random-weight LLaVA-1.5 of the real size (``--fleur-size 13b``,
+   the paper's; ``7b``), fp16 and bf16, batch sizes ``--fleur-batches``: pairs/s of the whole judge
+   (image padding and processing, prompt building, batched greedy generation, score reading and
+   smoothing). Random weights never stop on their own, so a logits processor forces the answer
+   "0.85</s>" (5 tokens, a typical FLEUR answer) — the prefill of ~640 tokens (576 image tokens) is
+   the work being measured.
 
 Results go to ``$OUT/gpu_check.json`` and ``$OUT/gpu_check.txt`` (``--out`` or ``$OUT``, default
 ``./gpu_check_out``). Reference points for docs/scale.md: clip-retrieval publishes ~2,500 pairs/s
@@ -17,6 +23,7 @@ Results go to ``$OUT/gpu_check.json`` and ``$OUT/gpu_check.txt`` (``--out`` or `
 
     OUT=/tmp/out python benchmarks/gpu_check.py                      # ~5-8 min on one H100/H200
     python benchmarks/gpu_check.py --images 400 --skip-ray           # quicker
+    python benchmarks/gpu_check.py --parts fleur                     # FLEUR only (~3 min on one H200)
     python benchmarks/gpu_check.py --device cpu --images 4 --ray-shards 2 --ray-per-shard 10 --batch 16
                                           # checks on a CPU that the script runs (~13 min on 2 cores)
 """
@@ -40,6 +47,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from PIL import Image  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from score_throughput import make_data  # noqa: E402
@@ -178,6 +186,108 @@ def part_abe(work: Path, args) -> None:
         traceback.print_exc()
 
 
+class ForcedAnswer:
+    """Makes every row answer ``answer`` then end-of-sequence (random weights would ramble to the limit):
+    the next token is the answer's token after the longest answer prefix the row already ends with."""
+
+    def __init__(self, tokenizer, answer: str):
+        self.ids = tokenizer(answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+
+    def __call__(self, input_ids, scores):
+        forced = torch.full_like(scores, -1e4)
+        for row, ids in enumerate(input_ids[:, -len(self.ids):].tolist()):
+            k = max(j for j in range(len(self.ids)) if j == 0 or ids[-j:] == self.ids[:j])
+            forced[row, self.ids[k]] = 0.0
+        return forced
+
+
+def llava_parts(size: str, device: str):
+    """A random-weight LLaVA-1.5 (transformers layout) with a test tokenizer and CLIP image processor."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
+                              LlavaForConditionalGeneration, PreTrainedTokenizerFast)
+
+    from capscore.scores.judge import FLEUR_PROMPT
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator([FLEUR_PROMPT, "USER: ASSISTANT: a dog on the grass 0 1 2 3 4 5 6 7 8 9 ."] * 3,
+                            trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "<s>", "</s>", "<pad>", "<image>"],
+                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                        unk_token="<unk>")
+    if size == "tiny":
+        text = LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024)
+        vision = CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                  image_size=56, patch_size=14)
+    else:  # llava-hf/llava-1.5-{7b,13b}-hf: Vicuna (Llama) + CLIP ViT-L/14-336, 576 image tokens
+        h, layers, heads, ffn = (5120, 40, 40, 13824) if size == "13b" else (4096, 32, 32, 11008)
+        text = LlamaConfig(vocab_size=32064, hidden_size=h, intermediate_size=ffn, num_hidden_layers=layers,
+                           num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=4096,
+                           rms_norm_eps=1e-5)
+        vision = CLIPVisionConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
+                                  num_attention_heads=16, image_size=336, patch_size=14, projection_dim=768)
+    text.bos_token_id, text.eos_token_id, text.pad_token_id = 1, 2, 3
+    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=4, vision_feature_layer=-2,
+                      vision_feature_select_strategy="default", projector_hidden_act="gelu")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlavaForConditionalGeneration._from_config(cfg, dtype=torch.float16 if device != "cpu" else torch.float32)
+    side = vision.image_size
+    proc = CLIPImageProcessor(size={"shortest_edge": side}, crop_size={"height": side, "width": side})
+    return model.eval(), tokenizer, proc
+
+
+def part_fleur(work: Path, args) -> None:
+    from capscore.backbones.vlm import judge_from_parts
+    from capscore.scores.judge import judge
+
+    size = "tiny" if args.device == "cpu" else args.fleur_size
+    try:
+        t = time.perf_counter()
+        model, tokenizer, proc = llava_parts(size, args.device)
+        say(f"FLEUR: random LLaVA-1.5 ({size}) built in {time.perf_counter() - t:.0f} s")
+    except Exception as e:  # noqa: BLE001
+        RESULTS["fleur"] = {"error": repr(e)}
+        say(f"FLEUR: FAILED to build the model {e!r}")
+        traceback.print_exc()
+        return
+    rng = np.random.default_rng(0)
+    n = max(args.fleur_batches) * 2 if args.device != "cpu" else 4
+    images = [Image.fromarray((rng.random((300 + 7 * (i % 5), 400, 3)) * 255).astype("uint8")) for i in range(n)]
+    captions = [f"a dog on the grass {i}" for i in range(n)]
+    dtypes = ("fp16", "bf16") if args.device != "cpu" else ("fp32",)
+    for dtype in dtypes:
+        td = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
+        model.to(td)
+        vlm = judge_from_parts(model, tokenizer, proc, name=f"random-llava-{size}")
+        for b in (args.fleur_batches if args.device != "cpu" else (1, 2)):
+            key = f"fleur/{size}/{dtype}/b{b}"
+            try:
+                force = ForcedAnswer(tokenizer, "0.85")
+                judge(vlm, "fleur", images[:b], captions[:b], batch_size=b, logits_processor=[force])  # warm-up
+                sync()
+                t = time.perf_counter()
+                out = judge(vlm, "fleur", images, captions, batch_size=b, logits_processor=[force])
+                sync()
+                dt = time.perf_counter() - t
+                ok = sum(not np.isnan(v.score) for v in out)
+                mem = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
+                RESULTS[key] = {"pairs": n, "pairs_s": n / dt, "scored": ok, "peak_gib": mem}
+                say(f"{key:24s} {n / dt:8.2f} pairs/s  ({n} pairs, {ok} scored, peak {mem:.1f} GiB)")
+            except Exception as e:  # noqa: BLE001  (one failed configuration must not lose the others)
+                RESULTS[key] = {"error": repr(e)}
+                say(f"{key}: FAILED {e!r}")
+                traceback.print_exc()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    del model
+
+
 def part_ray(work: Path, args) -> None:
     from ray_scale import make_shards
 
@@ -212,6 +322,9 @@ def main() -> None:
     p.add_argument("--ray-shards", type=int, default=8)
     p.add_argument("--ray-per-shard", type=int, default=1000)
     p.add_argument("--skip-ray", action="store_true")
+    p.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS), help="which parts to run")
+    p.add_argument("--fleur-size", default="13b", choices=["13b", "7b"], help="LLaVA-1.5 size for the FLEUR part")
+    p.add_argument("--fleur-batches", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_check_out")))
     p.add_argument("--device", default="cuda", help="cuda (default); cpu only to check that the script runs "
                    "(with tiny sizes: --images 4 --ray-shards 2 --ray-per-shard 10); its figures mean nothing")
@@ -227,7 +340,7 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.2f}")
     work = Path(tempfile.mkdtemp(prefix="capscore-gpu-"))
     try:
-        for part in (part_throughput, part_abe) + (() if args.skip_ray else (part_ray,)):
+        for part in [PARTS[name] for name in args.parts if not (name == "ray" and args.skip_ray)]:
             t = time.perf_counter()
             part(work, args)
             say(f"  ({part.__name__}: {time.perf_counter() - t:.0f} s)")
@@ -238,6 +351,8 @@ def main() -> None:
     say(f"load average after: {os.getloadavg()[0]:.2f}; results in {args.out}")
     (args.out / "gpu_check.txt").write_text("\n".join(LINES) + "\n")
 
+
+PARTS = {"throughput": part_throughput, "abe": part_abe, "ray": part_ray, "fleur": part_fleur}
 
 if __name__ == "__main__":
     main()

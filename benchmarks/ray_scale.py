@@ -1,4 +1,5 @@
-"""Ray Data engine vs the single-process engine, measured in one run (issue 15). Prints ratios.
+"""Ray Data engine vs the single-process engine, measured in one run: equality, scaling, overhead, costs, memory.
+Prints ratios.
 
 Inputs are generated WebDataset shards (img2dataset layout, 224x224 JPEGs, one caption each, written with
 ``webdataset.TarWriter``); every run uses ``--no-cache`` so every image and caption is encoded. The model

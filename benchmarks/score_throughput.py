@@ -1,4 +1,4 @@
-"""Throughput of capscore's scoring path against peers measured in the same run (issue 2).
+"""Throughput (pairs/s) of capscore's scoring path against peers measured in the same run, and its memory on long runs.
 
 Default run: 200 images x 5 captions, random-init ViT-B-32 (identical weights on
 every side, seed 0), fp32, CPU. It prints

@@ -1,4 +1,4 @@
-"""Start-up cost of the ``capscore`` command, with its breakdown (issue: small jobs wait on start-up).
+"""Start-up cost of the ``capscore`` command, with its breakdown: what a small job waits for before its result.
 
 Each figure is a fresh child process (best of ``--repeats``) running what the ``capscore`` console
 script runs (``cli.main``, then ``cli.exit_fast``), wall and CPU seconds:

@@ -1,4 +1,4 @@
-"""Video scoring throughput on scenes clips (issue 14), against per-caption decoding measured in the same run.
+"""Video scoring throughput (clips/s, captions/s) on scenes clips, against per-caption decoding measured in the same run.
 
 Writes N scenes clips (``capscore.scenes.video.write_scenes_videos``: real .mp4 files, lossless
 H.264, ``--frames`` frames each at 4 fps, ``--size`` px) with their 5 graded captions each, then

@@ -348,9 +348,9 @@ def test_abe_options_reach_the_scorer(tmp_path, data, ref_model, capsys):
                                                                    list(caps.values()))
     np.testing.assert_allclose([r["score"] for r in rows(out2)], expected.numpy(), atol=1e-5)
     assert score(tmp_path, *common, "--abe-k", "0", "--out", tmp_path / "o3.jsonl") == 2
-    one_line_error(capsys, "--abe-k must be an integer >= 1; got 0")
+    one_line_error(capsys, "argument --abe-k: must be a positive integer; got 0")
     assert score(tmp_path, *common[:-2], "--abe-k", "3", "--out", tmp_path / "o4.jsonl") == 2
-    one_line_error(capsys, "apply to --metric abe only")
+    one_line_error(capsys, "--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
     assert score(tmp_path, *common, "--concept-pool", tmp_path / "nope.txt", "--out", tmp_path / "o5.jsonl") == 2
     one_line_error(capsys, "concept pool file not found")
 

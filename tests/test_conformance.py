@@ -15,6 +15,7 @@ from PIL import Image
 from capscore.backbones import ADAPTERS, load_backbone
 from capscore.embed import Encoder
 from capscore.scores import METRICS, GlobalCosine, metric_names
+from test_metric_registry import metric_case
 
 TEXTS = ["a dog", "a red cube left of a blue circle", "a dog", "x"]
 
@@ -152,7 +153,7 @@ def test_metric_contract(name):
         assert torch.allclose(s, m.w * cos.clamp(min=0))
 
 
-@pytest.mark.parametrize("name", metric_names("image"))
+@pytest.mark.parametrize("name", [metric_case(n) for n in metric_names("image")])
 def test_every_image_metric_through_score_batch(name, images, tiny_backbone):
     """The tensor-level core (score_batch), capscore.score and, for a reference-free metric, its pair
     scorer (what the probes call) give the same numbers and columns for every registered image metric."""

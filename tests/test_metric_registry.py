@@ -20,7 +20,20 @@ from capscore.pipeline import ScoreJob, columns_for, iter_rows
 from capscore.scores.metric import get_metric, metric_names
 
 MODEL = "capscore-test-tiny"
-CASES = [(name, medium) for name in metric_names() for medium in get_metric(name).media]
+
+
+def metric_case(name: str, *values):
+    """A test case of the metric ``name``. METEOR and SPICE start a Java process per call (10-20 s each on a
+    2-core CPU), so their cases run in the slow tier; tests/test_classic_metrics.py checks their numbers in the
+    fast one, and every other metric takes the same faces here."""
+    try:
+        from capscore.scores.classic import NEEDS_JAVA
+    except ImportError:
+        NEEDS_JAVA = frozenset()
+    return pytest.param(name, *values, marks=[pytest.mark.slow] if name in NEEDS_JAVA else [])
+
+
+CASES = [metric_case(name, medium) for name in metric_names() for medium in get_metric(name).media]
 
 
 @pytest.fixture
@@ -143,7 +156,7 @@ def test_a_metric_of_the_other_medium_is_one_line(inputs, capsys):
             tmp_path / "caps.jsonl", "--out", tmp_path / "o.jsonl"]
     assert main([str(a) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--metric emscore scores videos; use it with --videos" in err[0]
+    assert len(err) == 1 and "--metric 'emscore' scores videos, not images; use it with --videos" in err[0]
 
 
 def test_registry_rows_declare_what_a_face_needs():

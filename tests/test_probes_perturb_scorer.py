@@ -77,7 +77,7 @@ def test_reference_metrics_and_unknown_names_are_refused():
         get_pair_scorer("refclip-s")
     with pytest.raises(Exception, match="did you mean 'mcs'"):
         get_pair_scorer("mcz")
-    with pytest.raises(Exception, match="apply to the abe scorer only"):
+    with pytest.raises(Exception, match="ABE-CLIP's options apply to scorer abe only; got 'mcs'"):
         get_pair_scorer("mcs", k=3)
 
 

@@ -199,22 +199,28 @@ def test_video_rows_carry_model_and_metric_and_the_report_reads_them(tmp_path):
     assert "videos; 3 rows; status complete" in html.unescape(_section(page, "scores"))
 
 
-def test_ray_shard_folder_and_a_folder_of_rows_without_summary(tmp_path):
-    ray = pytest.importorskip("ray")
+@pytest.mark.parametrize("engine", ["local", pytest.param("ray", marks=pytest.mark.slow)])  # ray: a local cluster
+def test_shard_folder_and_a_folder_of_rows_without_summary(tmp_path, engine):
+    """A folder of per-shard files, as both engines write it (the same layout; the Ray run in the slow tier)."""
     from shard_inputs import samples, write_webdataset
 
     paths = write_webdataset(tmp_path / "shards", samples(2, 3))
-    ray.init(num_cpus=2, object_store_memory=160 * 1024**2, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
-    try:
-        from ray.data import DataContext
+    out = tmp_path / "folder"
+    args = ("--model", MODEL, "--webdataset", str(tmp_path / "shards" / "{00000..00001}.tar"), "--no-cache",
+            "--out", f"{out}/")
+    if engine == "local":
+        _score(tmp_path, *args)
+    else:
+        ray = pytest.importorskip("ray")
+        ray.init(num_cpus=2, object_store_memory=160 * 1024**2, include_dashboard=False, log_to_driver=False,
+                 logging_level="ERROR")
+        try:
+            from ray.data import DataContext
 
-        DataContext.get_current().enable_progress_bars = False
-        out = tmp_path / "ray"
-        _score(tmp_path, "--model", MODEL, "--webdataset", str(tmp_path / "shards" / "{00000..00001}.tar"),
-               "--engine", "ray", "--workers", "2", "--no-cache", "--out", out)
-    finally:
-        ray.shutdown()
+            DataContext.get_current().enable_progress_bars = False
+            _score(tmp_path, *args, "--engine", "ray", "--workers", "2")
+        finally:
+            ray.shutdown()
     assert len(paths) == 2 and (out / "_summary.json").exists()
     frame = pd.concat([pq.read_table(p).to_pandas() for p in sorted(out.glob("*.parquet"))])
     assert len(frame) == 6
@@ -223,7 +229,7 @@ def test_ray_shard_folder_and_a_folder_of_rows_without_summary(tmp_path):
     assert list(blocks) == [f"clip-s with {MODEL}"]  # the rows' model/metric may be null: _summary.json names them
     head, table, _ = blocks[f"clip-s with {MODEL}"]
     _check_stats(table, head, frame)
-    assert "ray/ (2 row files)" in html.unescape(_section(page, "scores"))
+    assert "folder/ (2 row files)" in html.unescape(_section(page, "scores"))
     # without any summary each shard file is read on its own, and what is not recorded is said, never "?"
     bare = tmp_path / "bare"
     bare.mkdir()

@@ -90,13 +90,27 @@ def data_root(tmp_path_factory):
     _composite(root)
     _pascal(root)
     _foil(root)
+    _judgment_csv(root, "polaris", "polaris_test.csv")
+    _judgment_csv(root, "nebula", "nebula_test.csv")
     return root
 
 
 def _rows_runnable():
     rows = [r for t in R.table_names() for r in R.read_table(t)]
-    keep = [r for r in rows if not R.missing_tools(r.metric)]
+    keep = [r for r in rows if not R.missing_tools(r.metric) and r.metric not in R.NOT_REGISTERED]
     return rows, keep
+
+
+def _judgment_csv(root, name, file, n=12):
+    """Polaris / Nebula in the authors' CSV layout (mt, refs, score, imgid; images/imgid)."""
+    rng = np.random.default_rng(len(name))
+    lines = ["mt,refs,score,imgid"]
+    for k in range(n):
+        _img(root / name / "images" / f"{k:03d}.jpg", 80 + k)
+        refs = str([CAPTIONS[k % 6], f"{CAPTIONS[k % 6]} again"]).replace('"', '""')
+        lines.append(f'{CAPTIONS[(k * 5) % 6]},"{refs}",{rng.random():.3f},{k:03d}.jpg')
+    (root / name).mkdir(parents=True, exist_ok=True)
+    (root / name / file).write_text("\n".join(lines) + "\n")
 
 
 def test_every_table_is_listed_and_well_formed():
@@ -110,7 +124,9 @@ def test_every_table_is_listed_and_well_formed():
     for t in names:
         for r in R.read_table(t):
             assert r.dataset in DATASETS and r.dataset in R.DATA_LAYOUT
-            if r.metric not in CLASSIC_METRICS:
+            if r.metric in R.NOT_REGISTERED:
+                assert r.model == "-", r  # their weights come from the metric's own files
+            elif r.metric not in CLASSIC_METRICS:
                 get_metric(r.metric)  # raises on an unknown metric
                 assert R.weights_file(r.model, R.Path("/w")) is not None, r
             assert r.tolerance > 0 and r.source
@@ -173,3 +189,56 @@ def test_without_java_classic_rows_are_skipped(monkeypatch):
     monkeypatch.setattr(classic.shutil, "which", lambda name: None)
     assert "Java not found" in R.missing_tools("bleu4")
     assert R.missing_tools("clip-s") == ""
+
+
+# ------------------------------------------------------------------------------------ the published rows
+def test_published_rows_are_listed_with_their_sources(capsys):
+    from capscore.cli import main
+
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("polos-2024", "deneb-2024", "fleur-2024", "expert-2025", "vela-2025", "arxiv-2512-21582",
+                 "pacscore-readme", "polaris-classic", "pac-s-pp-2025"):
+        assert name in out
+    for source in ("Polos CVPR 2024 Table 1, rounded reported Polos value for Polaris",
+                   "EXPERT ACL 2025 Findings Table 2, EXPERT row", "Lee et al. 2024 FLEUR Table 1",
+                   "Matsuda et al. 2025 VELA Table 1 and Appendix D Table 4, LongCap-Arena TestB Fluency",
+                   "PACScore README correlation output for Flickr8k-Expert"):
+        assert source in out
+    assert "longcap-arena dci_test.flu" in out
+
+
+def _value(table, dataset, metric, statistic):
+    return [r.paper for r in R.read_table(table) if (r.dataset, r.metric, r.statistic) == (dataset, metric, statistic)]
+
+
+def test_paper_and_code_values_are_both_rows():
+    """ROUGE-L on Flickr8k-Expert, τ-b: 31.1 in the PAC-S paper, 32.1 printed by the pacscore code; BLEU-4 on
+    Flickr8k-CF, τ-b: 16.9 printed by the pacscore code, 16.4 in arXiv:2512.21582 Table 1."""
+    assert _value("pac-s-flickr8k", "flickr8k-expert", "rouge-l", "tau_b") == [31.1]
+    assert _value("pacscore-readme", "flickr8k-expert", "rouge-l", "tau_b") == [32.1]
+    assert _value("pacscore-readme", "flickr8k-cf", "bleu4", "tau_b") == [16.9]
+    assert _value("arxiv-2512-21582", "flickr8k-cf", "bleu4", "tau_b") == [16.4]
+    assert _value("polos-2024", "polaris", "polos", "tau_c") == [57.8]
+    assert _value("expert-2025", "flickr8k-expert", "expert", "tau_c") == [56.7]
+    assert _value("fleur-2024", "flickr8k-expert", "fleur", "tau_c") == [53.0]
+    assert _value("arxiv-2512-21582", "nebula", "polos", "tau_c") == [55.0]
+    assert sum(len(R.read_table(t)) for t in ("polos-2024", "deneb-2024", "fleur-2024", "expert-2025", "vela-2025",
+                                              "arxiv-2512-21582", "pacscore-readme", "polaris-classic",
+                                              "pac-s-pp-2025")) == 109  # the 108 reference values + 16.4
+
+
+def test_learned_rows_are_skipped_with_the_reason(data_root, tmp_path):
+    rows = R.read_table("fleur-2024") + R.read_table("vela-2025")[:1] + R.read_table("polos-2024")
+    results = R.run_table(rows, data_root=data_root, weights_root=tmp_path)
+    why = {r.row.metric: r.skipped for r in results if r.row.metric in R.NOT_REGISTERED}
+    assert "capscore.scores.judge" in why["fleur"] and "llava-1.5-13b-hf/" in why["fleur"]
+    assert "polos/reprod.ckpt" in why["polos"] and "no VELA implementation" in why["vela"]
+
+
+def test_rows_on_polaris_and_nebula_run_on_the_published_csv_layout(data_root, tmp_path):
+    rows = [r for r in R.read_table("polos-2024") + R.read_table("deneb-2024") if r.metric == "refclip-s"]
+    assert {r.dataset for r in rows} == {"polaris", "nebula"}
+    results = R.run_table(rows, data_root=data_root, weights_root=tmp_path / "none", batch_size=16,
+                          model_override={r.model: "capscore-test-tiny" for r in rows})
+    assert all(r.skipped == "" and np.isfinite(r.ours) for r in results)

@@ -258,9 +258,9 @@ def test_cli_probe_abe_options(tmp_path, root, capsys):
     np.testing.assert_allclose(abe, cos, atol=2e-6)
     capsys.readouterr()
     assert main(base + ["--abe-k", "3", "--out", str(tmp_path / "x")]) == 2
-    assert "apply to --scorer abe only" in capsys.readouterr().err
+    assert "--abe-k/--abe-p/--abe-omega/--concept-pool apply to --scorer abe only" in capsys.readouterr().err
     assert main(base + ["--scorer", "abe", "--abe-k", "0", "--out", str(tmp_path / "y")]) == 2
-    assert "--abe-k must be an integer >= 1; got 0" in capsys.readouterr().err
+    assert "argument --abe-k: must be a positive integer; got 0" in capsys.readouterr().err
 
 
 def test_probe_items_read_critical_objects(tmp_path, root):

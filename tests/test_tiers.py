@@ -23,6 +23,8 @@ def test_the_readme_runs_the_fast_tier_and_ci_runs_it_verbatim_then_the_slow_tie
     assert command in lines
     after = lines[lines.index(command) + 1:]
     assert "python -m pytest -q -m slow" in after
+    before = lines[:lines.index(command)]
+    assert 'export PYTEST_ADDOPTS="--durations=25"' in before  # both tiers print their slowest tests
 
 
 def test_the_slow_marker_is_declared():

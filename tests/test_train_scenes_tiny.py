@@ -57,37 +57,53 @@ def _short_run(out):
     return [e["loss"] for e in log if "loss" in e], state
 
 
-def test_recipe_reproduces_the_replaced_trainer_and_itself_bit_for_bit(tmp_path, capsys):
-    from safetensors.torch import load_file
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """One pinned 4-step run (its folder, losses and final weights), shared by the tests below."""
+    out = tmp_path_factory.mktemp("scenes-tiny") / "a"
+    return (out, *_short_run(out))
 
-    losses, state = _short_run(tmp_path / "a")
+
+def test_recipe_reproduces_the_replaced_trainer(short_run):
+    _, losses, state = short_run
     # the replaced trainer's recorded run, to float tolerance (kernels differ between CPUs)
     assert losses == pytest.approx(OLD_LOSSES, rel=1e-5)
     for k, v in OLD_SUMS.items():
         assert float(state[k].double().sum()) == pytest.approx(v, rel=1e-4, abs=1e-4)
+
+
+@pytest.mark.slow  # a second training run; the loop's own exactness is checked fast by test_train_loop's resume tests
+def test_recipe_reproduces_itself_bit_for_bit(short_run, tmp_path):
+    _, losses, state = short_run
     # the same seed again: the same arithmetic in the same order, so exact equality
     losses2, state2 = _short_run(tmp_path / "b")
     assert losses2 == losses
     assert _state_sha(state2) == _state_sha(state)
+
+
+def test_the_pinned_run_exports_the_bundled_format(short_run):
+    from safetensors.torch import load_file
+
+    out, losses, state = short_run
     # the bundled-format export: fp16, loadable by the bundled loader, equal to the fp32 weights
     from capscore.scenes.tiny import backbone_from_file
 
-    bundled = load_file(str(tmp_path / "a" / "scenes-tiny.safetensors"))
+    bundled = load_file(str(out / "scenes-tiny.safetensors"))
     assert all(v.dtype == torch.float16 for v in bundled.values())
     assert torch.equal(bundled["text_projection"], state["text_projection"].half())
-    bb = backbone_from_file(tmp_path / "a" / "scenes-tiny.safetensors", spec="x")
+    bb = backbone_from_file(out / "scenes-tiny.safetensors", spec="x")
     assert bb.embed_dim == 128 and bb.image_size == 64  # the file names its architecture: openclip:scenes-tiny-v1
-    report = json.loads((tmp_path / "a" / "scenes-tiny.json").read_text())  # the report beside a bundled file
+    report = json.loads((out / "scenes-tiny.json").read_text())  # the report beside a bundled file
     assert report["arch"] == "scenes-tiny-v1" and report["evaluation"] is None  # --eval-scenes 0
     assert report["params"] == sum(v.numel() for v in state.values() if v.is_floating_point())
     assert report["history"] == []  # 4 steps: no complete block of 50
     from capscore.train.scenes_tiny import bundle_report
 
-    two = bundle_report(tmp_path / "a" / "log.jsonl", arch="x", command="c", config={}, recipe_params={},
+    two = bundle_report(out / "log.jsonl", arch="x", command="c", config={}, recipe_params={},
                         n_params=0, evaluation=None, every=2)["history"]
     assert [h["step"] for h in two] == [2, 4]
     assert [h["loss"] for h in two] == pytest.approx([(losses[0] + losses[1]) / 2, (losses[2] + losses[3]) / 2])
-    card = json.loads((tmp_path / "a" / "card.json").read_text())
+    card = json.loads((out / "card.json").read_text())
     assert card["recipe"] == "scenes-tiny" and card["train_config"]["lr"] == 1e-3
     assert card["train_config"]["grad_clip"] == 1.0 and card["base_model"] == "openclip:scenes-tiny-v1"
 

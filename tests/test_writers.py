@@ -78,7 +78,7 @@ def test_overwrite_replaces_and_finished_parquet_is_read_only(tmp_path):
     w.close()
     w, prior = open_writer(pq, resume=True)
     assert w is None and prior == pq and len(list(read_rows(prior))) == 3
-    with pytest.raises(CapscoreError, match="unsupported --out format '.txt'"):
+    with pytest.raises(CapscoreError, match="unsupported output format '.txt'"):
         open_writer(tmp_path / "r.txt")
 
 

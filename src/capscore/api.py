@@ -230,13 +230,14 @@ _ROW_KEYS = frozenset({"id", "image", "caption", "system", "model", "metric", "s
 
 
 def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = None, *, model=DEFAULT_MODEL,
-                metric=None, **options):
+                metric=None, prefix: str | None = None, device: str = "cpu", dtype: str = "fp32", cache=None,
+                batch_size: int = 64, seed: int = 0, context_length: int | None = None, skip_bad: bool = False):
     """``df`` with score columns added (a copy), one row per row of ``df``.
 
     One model and one metric add ``score`` (and ``image_score``, ``ref_score``
     for reference-based metrics); several add ``score[MODEL|METRIC]`` per pair.
-    ``options`` are those of :func:`score` (prefix, device, dtype, cache, skip_bad, ...). A bad cell is
-    an error naming its row and column (with ``skip_bad=True``, an ``error`` in that row).
+    The keyword options are those of :func:`score`. A bad cell is an error naming its row and column
+    (with ``skip_bad=True``, an ``error`` in that row).
     """
     func = "capscore.score_frame"
     validate.check_frame_args(df, image_col, caption_col, refs_col, func=func)
@@ -250,13 +251,9 @@ def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = Non
         return f"row {i} (index {labels[i]!r}), column {column[kind]!r}"
 
     refs = None if refs_col is None else list(df[refs_col])
-    defaults = dict(prefix=None, device="cpu", dtype="fp32", cache=None, batch_size=64, seed=0, context_length=None,
-                    skip_bad=False)
-    unknown = set(options) - set(defaults)
-    if unknown:
-        raise TypeError(f"score_frame() got an unexpected keyword argument {sorted(unknown)[0]!r}")
     long = _score(list(df[image_col]), list(df[caption_col]), refs, func=func, name=name, model=model, metric=metric,
-                  as_frame=True, **{**defaults, **options})
+                  prefix=prefix, device=device, dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
+                  context_length=context_length, skip_bad=skip_bad, as_frame=True)
     out = df.copy()
     out.attrs["headlines"] = long.attrs["headlines"]
     pairs = list(dict.fromkeys(zip(long["model"], long["metric"])))

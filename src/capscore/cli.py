@@ -122,7 +122,7 @@ def _main(argv: list[str] | None) -> int:
         close_bars()
         _traceback(args)
         if isinstance(e, OptionError):  # the library names parameters; here they are flags
-            e = CapscoreError(e.render(lambda name: "--" + name.replace("_", "-")))
+            e = CapscoreError(e.on_command_line())
         print(f"capscore: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

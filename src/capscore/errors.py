@@ -92,16 +92,33 @@ def braced(value: object) -> str:
 
 
 class OptionError(CapscoreError):
-    """A user error that names options. The template's ``{name}`` fields are spelled as parameter names
-    by the library (``resume``) and as flags by the command line (``--resume``, via :meth:`render`)."""
+    """A user error that names options, written once for both faces.
+
+    The template's fields are parameter names: ``{resume}`` reads ``resume`` from the library and
+    ``--resume`` on the command line (:meth:`on_command_line`). A field whose flag is not ``--`` plus its
+    name carries the flag after a colon: ``{metrics:--metric}`` reads ``metrics`` / ``--metric``. Literal
+    braces in the template are doubled (:func:`braced`)."""
 
     def __init__(self, template: str):
         self.template = template
-        super().__init__(self.render(lambda name: name))
+        super().__init__(self.render(lambda name, flag: name))
 
     def render(self, spell) -> str:
-        class _Spell(dict):
-            def __missing__(self, key: str) -> str:
-                return spell(key)
+        """The template with each field spelled by ``spell(name, flag)`` (``flag``: the one written after
+        the field's colon, or None)."""
+        class _Field:
+            def __init__(self, name: str):
+                self.name = name
 
-        return self.template.format_map(_Spell())
+            def __format__(self, flag: str) -> str:
+                return spell(self.name, flag or None)
+
+        class _Fields(dict):
+            def __missing__(self, key: str) -> _Field:
+                return _Field(key)
+
+        return self.template.format_map(_Fields())
+
+    def on_command_line(self) -> str:
+        """The message with flags for parameters: ``--chunk-size`` for ``chunk_size``, or the field's own flag."""
+        return self.render(lambda name, flag: flag or "--" + name.replace("_", "-"))

@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import Protocol
 
 from capscore.embed.factory import Encoding  # noqa: F401  (the job's Encoding: capscore.pipeline.Encoding)
-from capscore.errors import CapscoreError, InputError, OptionError
+from capscore.errors import CapscoreError, InputError, OptionError, braced
 from capscore.report.writers import write_json
 from capscore.scores.functional import compute_values
 from capscore.scores.metric import DEFAULT_MODEL as DEFAULT_MODEL  # the default --model of every face
@@ -96,15 +96,19 @@ SHARD_FORMATS = ("parquet", "jsonl", "csv")
 # ------------------------------------------------------------------------------------ the job
 @dataclass(frozen=True)
 class FileOutput:
-    """One rows file (.jsonl, .csv, .parquet, or .json COCO results) and how to treat an existing one."""
+    """One rows file (.jsonl, .csv, .parquet, or .json COCO results) and how to treat an existing one.
+    A format that cannot be written is refused when the output is made, before any input is read."""
 
     path: Path
     resume: bool = False
     overwrite: bool = False
 
     def __post_init__(self) -> None:
+        from capscore.report.writers import output_format
+
         if self.resume and self.overwrite:
             raise OptionError("{resume} and {overwrite} contradict each other; choose one")
+        output_format(Path(self.path))
 
     @property
     def summary(self) -> Path:
@@ -126,6 +130,13 @@ class ShardFolder:
         if self.format not in SHARD_FORMATS:
             raise CapscoreError(f"The 'format' parameter of ShardFolder must be one of {list(SHARD_FORMATS)}; got "
                                 f"{self.format!r} instead.")
+        out = Path(self.path)
+        if out.suffix.lower() in ROW_FILE_SUFFIXES and not out.is_dir():
+            raise OptionError(f"a folder output holds one file per input shard (the Ray engine writes no other); "
+                              f"{{out}} {braced(out)} names a {out.suffix} file — give a folder such as "
+                              f"{braced(out.with_suffix(''))}/")
+        if out.exists() and not out.is_dir():
+            raise OptionError(f"{{out}} {braced(out)} is a file; a folder output needs a folder")
 
     @property
     def summary(self) -> Path:
@@ -183,18 +194,31 @@ class ScoreJob:
             raise CapscoreError(f"The 'chunk_size' parameter must be a positive integer; got {self.chunk_size!r} "
                                 "instead.")
         for name in self.metrics:
-            get_metric(name).formula(self.medium)  # unknown names, or a metric of the other medium, fail now
-        if not self.models and not all(get_metric(n).text_only(self.medium) for n in self.metrics):
+            metric = get_metric(name)  # an unknown name: did-you-mean
+            if self.medium not in metric.media:
+                other = metric.media[0]
+                raise OptionError(f"{{metrics:--metric}} {braced(repr(name))} scores {other}s, not {self.medium}s; "
+                                  f"use it with {{{other}s}}")
+        if not self.models and self.encodes:
             raise CapscoreError("The 'models' parameter must name at least one model for the metrics that encode "
                                 "images; got none instead.")
         unknown = set(self.options) - {"abe", "sampling", "idf", "tokenizer", "classic_backend"}
         if unknown:
             raise CapscoreError(f"unknown scoring option {sorted(unknown)[0]!r}; options are abe, sampling, idf, "
                                 "tokenizer, classic_backend")
-        if self.options.get("abe") and "abe" not in self.metrics:
-            raise CapscoreError("ABE-CLIP options (k, p, omega, pool) apply to the metric abe only")
+        if self.medium == "video":
+            _sampling(self)  # a bad frame sampling fails before any model loads
+        elif self.options.get("sampling") or self.options.get("idf"):
+            raise OptionError("the {sampling:--frames} and {idf} options apply to videos only")
+        if self.options.get("abe"):
+            if "abe" not in self.metrics:
+                raise OptionError("ABE-CLIP's {options:--abe-k/--abe-p/--abe-omega/--concept-pool} apply to "
+                                  "{metrics:--metric} abe only")
+            from capscore.scores.abe import make_config
+
+            make_config(**self.options["abe"])  # unknown options, bad values, a missing pool: before any model loads
         if isinstance(self.output, ShardFolder) and not hasattr(self.source, "shards"):
-            raise OptionError(f"{{out}} {_braced(self.output.path)} is a folder of one file per input shard, which "
+            raise OptionError(f"{{out}} {braced(self.output.path)} is a folder of one file per input shard, which "
                               "needs sharded input (WebDataset, Parquet or a Hugging Face dataset); name a file such "
                               "as results.jsonl")
 
@@ -351,10 +375,10 @@ def _one(values: list):
 
 
 def _sampling(job: ScoreJob):
-    """The frames a video job scores (default ``uniform:10``)."""
-    from capscore.data.video import Sampling
+    """The frames a video job scores (default :data:`capscore.data.video.DEFAULT_SAMPLING`)."""
+    from capscore.data.video import DEFAULT_SAMPLING, Sampling
 
-    return Sampling.parse(job.options.get("sampling") or "uniform:10")
+    return Sampling.parse(job.options.get("sampling") or DEFAULT_SAMPLING)
 
 
 def _json(value):
@@ -434,7 +458,7 @@ def _check_settings(before: Mapping | None, now: Mapping) -> None:
     for key, value in now.items():
         if key in before and before[key] != value:
             why = f"{key} was {before[key]!r} in the interrupted run and is {value!r} now"
-            raise OptionError(f"{{resume}}: {_braced(why)}; use the same settings, or {{overwrite}} to start again")
+            raise OptionError(f"{{resume}}: {braced(why)}; use the same settings, or {{overwrite}} to start again")
 
 
 # ------------------------------------------------------------------------------------ summaries
@@ -716,8 +740,6 @@ def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | 
     run's configuration; with one model and one metric its fields are also at the top level. ``executor``:
     where the blocks of a :class:`ShardFolder` run are scored (default :class:`LocalExecutor`).
     """
-    from capscore.report.writers import output_format
-
     output = job.output
     if not isinstance(output, (FileOutput, ShardFolder)):
         raise CapscoreError("The 'output' parameter of pipeline.run must be a FileOutput or a ShardFolder; got "
@@ -732,16 +754,14 @@ def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | 
                           "scores each input shard apart; write one file ({out} results.jsonl)")
     with _sigterm_interrupts():
         if isinstance(output, ShardFolder):
-            _check_folder_path(Path(output.path))
             executor = executor or LocalExecutor()
             runner = _Runner(job, encoders if encoders is not None else executor.encoders(job))
             with runner.sessions():
                 return _run_folder(job, runner, executor)
         if executor is not None and not isinstance(executor, LocalExecutor):
             raise OptionError(f"the {type(executor).__name__} writes one file per input shard, so its {{out}} is a "
-                              f"folder; {_braced(output.path)} names a file — give a folder such as "
-                              f"{_braced(Path(output.path).with_suffix(''))}/")
-        output_format(Path(output.path))  # a format we can write, before any model loads
+                              f"folder; {braced(output.path)} names a file — give a folder such as "
+                              f"{braced(Path(output.path).with_suffix(''))}/")
         runner = _Runner(job, encoders if encoders is not None else load_encoders(job))
         with runner.sessions():
             return _run_file(job, runner)
@@ -772,7 +792,7 @@ def _score_into(runner: _Runner, items, writer, prior, summaries: dict, bar, *, 
             bar.update(n)
         for rows in runner.blocks(model, name, todo):
             if writer is None:
-                raise OptionError(f"{_braced(where)} is a finished {_writer_kind(where)} file with fewer rows than "
+                raise OptionError(f"{braced(where)} is a finished {_writer_kind(where)} file with fewer rows than "
                                   "the inputs have captions; use {overwrite} to score again")
             writer.write(rows)  # the rows before a fatal error are kept, so resume can continue after a fix
             for row in rows:
@@ -781,7 +801,7 @@ def _score_into(runner: _Runner, items, writer, prior, summaries: dict, bar, *, 
             bar.update(len(rows))
     if prior is not None and prior.peek() is not None:
         _check_prior_tag(prior.peek(), None, where, resumed + 1)
-        raise OptionError(f"{{resume}}: {_braced(where)} has more rows than the inputs have captions; "
+        raise OptionError(f"{{resume}}: {braced(where)} has more rows than the inputs have captions; "
                           "the inputs changed — use {overwrite} to start again")
     return resumed, scored
 
@@ -875,15 +895,6 @@ class _Peek:
 
 
 # ------------------------------------------------------------------------------------ a folder of shard files
-def _check_folder_path(out: Path) -> None:
-    if out.suffix.lower() in ROW_FILE_SUFFIXES and not out.is_dir():
-        raise OptionError(f"a folder output holds one file per input shard (the Ray engine writes no other); "
-                          f"{{out}} {_braced(out)} names a {out.suffix} file — give a folder such as "
-                          f"{_braced(out.with_suffix(''))}/")
-    if out.exists() and not out.is_dir():
-        raise OptionError(f"{{out}} {_braced(out)} is a file; a folder output needs a folder")
-
-
 class _Folder:
     """A :class:`ShardFolder` opened for one run: locked, checked against the run's settings, with the
     shards already done and those to do (see the module docstring)."""
@@ -915,7 +926,7 @@ class _Folder:
             self.names = output_names(s.path for s in self.shards)
             existing = self.files.existing()
             if existing and not (output.resume or output.overwrite):
-                raise OptionError(f"{_braced(self.out)} already holds shard outputs; use {{resume}} to continue "
+                raise OptionError(f"{braced(self.out)} already holds shard outputs; use {{resume}} to continue "
                                   "that run or {overwrite} to replace it")
             if not output.resume:  # --overwrite (or a new folder)
                 self.files.clear()
@@ -1044,7 +1055,7 @@ def _check_prior_tag(row: dict | None, tag: dict | None, prior: Path, n: int) ->
         return
     got = f"model {row.get('model')!r}, metric {row.get('metric')!r}"
     want = "" if tag is None else f", and this run asks for model {tag['model']!r}, metric {tag['metric']!r}"
-    raise OptionError(f"{{resume}}: row {n} of {_braced(prior)} was scored with {_braced(got + want)}; use the same "
+    raise OptionError(f"{{resume}}: row {n} of {braced(prior)} was scored with {braced(got + want)}; use the same "
                       "{model} and {metric}, or {overwrite} to start again")
 
 
@@ -1059,11 +1070,11 @@ def _skip_done(items: Iterator, rows: Iterable[dict], summary: Summary, prior: P
     for n, row in enumerate(rows, 1):
         item = next(items, None)
         if item is None:
-            raise OptionError(f"{{resume}}: {_braced(prior)} has more rows than the inputs have captions (row {n}); "
+            raise OptionError(f"{{resume}}: {braced(prior)} has more rows than the inputs have captions (row {n}); "
                               "the inputs changed — use {overwrite} to start again")
         if (str(row["system"]), str(row["id"])) != (item.system, item.id):
-            raise OptionError(f"{{resume}}: row {n} of {_braced(prior)} is {_braced(row['system'])}/"
-                              f"{_braced(row['id'])} but input item {n} is {_braced(item.system)}/{_braced(item.id)}; "
+            raise OptionError(f"{{resume}}: row {n} of {braced(prior)} is {braced(row['system'])}/"
+                              f"{braced(row['id'])} but input item {n} is {braced(item.system)}/{braced(item.id)}; "
                               "the inputs changed — use {overwrite} to start again")
         summary.add(row)
     return items, n
@@ -1076,11 +1087,6 @@ def _drop_running_summary(spath: Path) -> None:
             spath.unlink()
     except (OSError, ValueError):
         pass
-
-
-def _braced(value) -> str:
-    """``value`` as text safe inside an OptionError template (its braces doubled)."""
-    return (repr(value) if not isinstance(value, (str, Path)) else str(value)).replace("{", "{{").replace("}", "}}")
 
 
 TEXT_ONLY = "(text only)"  # what the printout and the report show in place of the model of a text-only metric

@@ -105,17 +105,19 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
         raise CapscoreError(f"{p}: checkpoint file not found")
     if p.is_dir():
         raise CapscoreError(f"{p}: is a folder, not a checkpoint file (for a Hugging Face folder use hf:{p})")
-    if p.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            obj = load_file(str(p))
-        except (SafetensorError, OSError, ValueError) as e:
-            raise CapscoreError(f"{p}: not a readable safetensors file ({_first_line(e)})") from None
-    else:
-        obj = _torch_load(p)
+    obj = read_safetensors(p) if p.suffix == ".safetensors" else _torch_load(p)
     return unwrap_state_dict(obj, where=str(p))
+
+
+def read_safetensors(p: Path) -> dict[str, torch.Tensor]:
+    """A ``.safetensors`` file's tensors; a file that is not one is a one-line error naming it."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(p))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise CapscoreError(f"{p}: not a readable safetensors file ({_first_line(e)})") from None
 
 
 def _first_line(e: BaseException) -> str:
@@ -416,12 +418,14 @@ def build_clip(
     return model.eval()
 
 
-def openai_preprocess(image_size: int):
-    """OpenAI CLIP's eval transform: bicubic resize (short side), center crop, RGB, OpenAI mean/std."""
+def openai_preprocess(image_size: int, *, mean_std: tuple | None = None):
+    """OpenAI CLIP's eval transform: bicubic resize (short side), center crop, RGB, OpenAI mean/std
+    (or ``mean_std = (mean, std)``)."""
     from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
     from open_clip.transform import image_transform
 
-    return image_transform(image_size, is_train=False, mean=OPENAI_DATASET_MEAN, std=OPENAI_DATASET_STD,
+    mean, std = mean_std or (OPENAI_DATASET_MEAN, OPENAI_DATASET_STD)
+    return image_transform(image_size, is_train=False, mean=mean, std=std,
                            resize_mode="shortest", interpolation="bicubic")
 
 
@@ -467,9 +471,6 @@ def load_openai_checkpoint(
     ``seed`` is unused (all weights come from the file); it is accepted for the
     registry's uniform call. See the module docstring for every choice made.
     """
-    import open_clip
-
-    from capscore.backbones.openclip import OpenClipBackbone
     from capscore.backbones.readout import readout_of
 
     path, opts = parse_spec_options(rest)
@@ -485,20 +486,37 @@ def load_openai_checkpoint(
     if quick_gelu is None and arch is None and "capscore.quick_gelu" in saved:
         quick_gelu = saved["capscore.quick_gelu"] == "1"
     sd = merge_lora(sd, lora_alpha=lora_alpha, mlp=lora_mlp)
+    # the global read-out: the architecture's when #arch= names one, else what capscore recorded on saving
+    # (a file trained with scenes-tiny-v4's read-out, capscore.backbones.readout: "capscore.readout" in a
+    # `capscore train` export, the architecture "arch" in a bundled-format file such as a scenes-tiny run's
+    # scenes-tiny.safetensors), else CLIP's class token
+    readout = readout_of(arch) if arch else (saved.get("capscore.readout") or readout_of(saved.get("arch")))
+    bb = backbone_from_state_dict(sd, spec=spec, where=where, arch=arch, quick_gelu=quick_gelu,
+                                  context_length=context_length, readout=readout)
+    return bb.to(device, resolve_dtype(dtype))
+
+
+def backbone_from_state_dict(sd: dict[str, torch.Tensor], *, spec: str, where: str, arch: str | None = None,
+                             quick_gelu: bool | None = None, context_length: int | None = None,
+                             readout: str = "class", mean_std: tuple | None = None):
+    """An OpenAI-layout state dict already in memory -> :class:`OpenClipBackbone` (family ``openai-ckpt``).
+
+    Used by ``ckpt:`` files and by metrics whose released checkpoint carries a CLIP tower (Polos' ``clip.*``,
+    DENEB's ``pacs_clip.*``). ``mean_std``: the normalisation of the image transform (default OpenAI's;
+    DENEB's open_clip ViT-L-14 ``laion2b_s32b_b82k`` transform uses (0.5, 0.5, 0.5) for both).
+    """
+    import open_clip
+
+    from capscore.backbones.openclip import OpenClipBackbone
+
     _check_openai_layout(sd, where)
     model = build_clip(sd, where=where, arch=arch, quick_gelu=quick_gelu, context_length=context_length)
     ctx = int(model.positional_embedding.shape[0])
     image_size = model.visual.image_size
     image_size = image_size[0] if isinstance(image_size, (tuple, list)) else int(image_size)
     tokenizer = open_clip.tokenizer.SimpleTokenizer(context_length=ctx)
-    # the global read-out: the architecture's when #arch= names one, else what capscore recorded on saving
-    # (a file trained with scenes-tiny-v4's read-out, capscore.backbones.readout: "capscore.readout" in a
-    # `capscore train` export, the architecture "arch" in a bundled-format file such as a scenes-tiny run's
-    # scenes-tiny.safetensors), else CLIP's class token
-    readout = readout_of(arch) if arch else (saved.get("capscore.readout") or readout_of(saved.get("arch")))
-    bb = OpenClipBackbone(model, openai_preprocess(image_size), tokenizer, spec=spec, family=FAMILY,
-                          readout=readout)
-    return bb.to(device, resolve_dtype(dtype))
+    return OpenClipBackbone(model, openai_preprocess(image_size, mean_std=mean_std), tokenizer, spec=spec,
+                            family=FAMILY, readout=readout)
 
 
 # --------------------------------------------------------------------------- writing

@@ -149,12 +149,7 @@ def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False
 
             require_hf_repo(spec, rest[len("hf-hub:"):], ("open_clip_config.json",))  # fail fast offline
         return load_open_clip(rest, "schema", spec=spec, **opts)  # open_clip resolves the weights
-    arch, _, tag = rest.partition("/")
-    known = open_clip.list_models()
-    if arch not in known:
-        if not tag and spec == rest and difflib.get_close_matches(arch, list(BUNDLED), n=1, cutoff=0.8):
-            raise unknown_name("bundled model", arch, BUNDLED)  # a typo of a bundled name: suggest only those
-        raise unknown_name("open_clip architecture", arch, known + list(BUNDLED))
+    arch, _, tag = rest.partition("/")  # the architecture was checked above
     if tag:
         tags = open_clip.list_pretrained_tags_by_model(arch)
         if tag not in tags and not Path(tag).expanduser().is_file():

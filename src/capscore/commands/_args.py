@@ -18,7 +18,6 @@ import math
 from collections.abc import Sequence
 from functools import partial
 
-from capscore.errors import CapscoreError
 from capscore.report import outputs
 
 
@@ -166,11 +165,11 @@ def add_common(p, *, top: bool = False) -> None:
 def add_abe_arguments(p) -> None:
     """ABE-CLIP's knobs (abe-clip.txt: K = 5 and ω = 0.3 as in section 4.2.1; P is not stated)."""
     g = p.add_argument_group("ABE-CLIP (--scorer abe / --metric abe)")
-    g.add_argument("--abe-k", type=int, default=None, metavar="K",
+    g.add_argument("--abe-k", type=positive_int, default=None, metavar="K",
                    help="patches averaged per token, top-K (paper default 5; Table 3 sweeps 1,3,5,8,10)")
-    g.add_argument("--abe-p", type=int, default=None, metavar="P",
+    g.add_argument("--abe-p", type=positive_int, default=None, metavar="P",
                    help="concept-pool neighbours per object (the paper does not state P; capscore default 5)")
-    g.add_argument("--abe-omega", type=float, default=None, metavar="W",
+    g.add_argument("--abe-omega", type=probability, default=None, metavar="W",
                    help="weight of the global score, in [0, 1] (paper default 0.3)")
     g.add_argument("--concept-pool", default=None, metavar="FILE",
                    help="concept pool, one word per line, e.g. SPLiCE's data/vocab/laion.txt (the paper's; "
@@ -178,16 +177,8 @@ def add_abe_arguments(p) -> None:
 
 
 def abe_options(args) -> dict:
-    """The ABE options the user set (unset ones keep AbeConfig's defaults); errors name the flag."""
+    """The ABE options the user set, as :class:`~capscore.scores.abe.AbeConfig` fields (unset ones keep its
+    defaults). The flags' types parse the numbers; the job that receives the options checks them
+    (:func:`capscore.scores.abe.make_config`), before any model is loaded."""
     names = (("abe_k", "k"), ("abe_p", "p"), ("abe_omega", "omega"), ("concept_pool", "pool"))
-    opts = {key: getattr(args, flag) for flag, key in names if getattr(args, flag, None) is not None}
-    for flag, key in (("--abe-k", "k"), ("--abe-p", "p")):
-        if key in opts and opts[key] < 1:
-            raise CapscoreError(f"{flag} must be an integer >= 1; got {opts[key]}")
-    if "omega" in opts and not 0 <= opts["omega"] <= 1:
-        raise CapscoreError(f"--abe-omega must be in [0, 1]; got {opts['omega']}")
-    if "pool" in opts:
-        from capscore.scores.concepts import load_concept_pool
-
-        load_concept_pool(opts["pool"])  # a missing or empty file fails now, before any model is loaded
-    return opts
+    return {key: getattr(args, flag) for flag, key in names if getattr(args, flag, None) is not None}

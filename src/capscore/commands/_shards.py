@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from capscore.commands._args import positive_float, positive_int
 from capscore.errors import CapscoreError
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def add_arguments(p) -> None:
     g.add_argument("--refs-column", metavar="NAME",
                    help="references for refclip-s/refpac-s: a list column (--parquet/--hf-dataset) or a list "
                         "field of KEY.json (--webdataset)")
-    g.add_argument("--max-member-mb", type=float, default=256, metavar="MB",
+    g.add_argument("--max-member-mb", type=positive_float, default=256, metavar="MB",
                    help="largest tar member / Parquet image cell read into memory (default 256 MiB)")
     add_engine_arguments(p)
 
@@ -48,11 +49,11 @@ def add_engine_arguments(p, *, score: bool = True) -> None:
                    help="local: this process (default); ray: encode on a pool of Ray actors over a cluster")
     g.add_argument("--address", metavar="ADDR",
                    help="--engine ray: the cluster to join (e.g. auto, or HOST:6379); default: a local cluster")
-    g.add_argument("--workers", type=int, metavar="N", help="--engine ray: encoder actors (default: 1 per GPU "
-                                                             "with --device cuda, else 1 per 2 CPUs)")
-    g.add_argument("--gpus-per-worker", type=float, default=1.0, metavar="G",
+    g.add_argument("--workers", type=positive_int, metavar="N",
+                   help="--engine ray: encoder actors (default: 1 per GPU with --device cuda, else 1 per 2 CPUs)")
+    g.add_argument("--gpus-per-worker", type=positive_float, default=1.0, metavar="G",
                    help="--engine ray with --device cuda: GPUs per encoder actor (default 1; 0.5 packs two)")
-    g.add_argument("--threads-per-worker", type=int, default=1, metavar="T",
+    g.add_argument("--threads-per-worker", type=positive_int, default=1, metavar="T",
                    help="--engine ray: torch threads (and CPUs reserved) per encoder actor (default 1)")
     if not score:
         return
@@ -66,16 +67,10 @@ def source_given(args) -> bool:
 
 
 def ray_options(args):
-    """The Ray engine's options (capscore.engines.ray.RayOptions) from the flags; errors name the flags.
-    Ray's own log lines and progress bars show with ``--debug`` only."""
+    """The Ray engine's options (capscore.engines.ray.RayOptions) from the flags, whose types parse their
+    ranges. Ray's own log lines and progress bars show with ``--debug`` only."""
     from capscore.engines.ray import RayOptions
 
-    if args.workers is not None and args.workers < 1:
-        raise CapscoreError(f"--workers must be a positive integer; got {args.workers}")
-    if args.threads_per_worker < 1:
-        raise CapscoreError(f"--threads-per-worker must be a positive integer; got {args.threads_per_worker}")
-    if args.gpus_per_worker <= 0:
-        raise CapscoreError(f"--gpus-per-worker must be positive; got {args.gpus_per_worker}")
     return RayOptions(address=args.address, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
                       threads_per_worker=args.threads_per_worker, verbose=bool(getattr(args, "debug", False)))
 
@@ -111,13 +106,6 @@ def source_from_args(args) -> ShardedSource | None:
     kind, spec = next(iter(given.items()))
     options = SourceOptions(caption_key=args.caption_key, refs_key=args.refs_column, image_column=args.image_column,
                             caption_column=args.caption_column, id_column=args.id_column,
-                            max_member_bytes=_member_bytes(getattr(args, "max_member_mb", 256)))
+                            max_member_bytes=int(getattr(args, "max_member_mb", 256) * 2**20))
     return ShardedSource.list(kind, spec, options, split=getattr(args, "split", None))
 
-
-def _member_bytes(mb) -> int:
-    import math
-
-    if not (isinstance(mb, (int, float)) and math.isfinite(mb) and mb > 0):
-        raise CapscoreError(f"--max-member-mb must be a positive number; got {mb}")
-    return int(mb * 2**20)

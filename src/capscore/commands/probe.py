@@ -88,10 +88,7 @@ def run(args) -> int:
         raise CapscoreError("--rerank-k applies to the retrieval suites with --scorer abe only")
     job = job_of(J.ProbeJob, args, scorer=scorer_name, rerank=vars(args).get("rerank_k", RERANK_K))
     inputs = J.load_inputs(job)  # input errors surface before any model is loaded
-    abe = abe_options(args)
-    if abe and scorer_name != "abe":
-        raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --scorer abe only")
-    scorer = get_pair_scorer(scorer_name, prefix=args.prefix, **abe)  # an unknown name: one line, did-you-mean
+    scorer = get_pair_scorer(scorer_name, prefix=args.prefix, **abe_options(args))  # checks the name and options
     make = _shards.encoder_factory(args)
     encoding = Encoding(device=args.device, dtype=args.dtype, seed=job.seed, batch_size=args.batch_size,
                         cache_dir=args.cache_dir, cache=bool(args.cache_dir))  # probe's default: vectors in memory

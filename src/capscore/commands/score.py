@@ -83,17 +83,21 @@ def configure(p) -> None:
 
 
 def job_from_args(args):
-    """The typed job the flags describe (inputs are indexed and checked here, before any model loads)."""
+    """The typed job the flags describe: the flags are translated here, the job checks itself (its errors
+    name parameters, which the command line spells as flags). The output is checked before the caption
+    files are read; the inputs are indexed and checked before any model loads."""
     from capscore.data.sources import CaptionFiles
     from capscore.pipeline import Encoding, FileOutput, ScoreJob, ShardFolder, choose_metric, is_folder_output
 
     medium = "video" if args.videos else "image"
     if args.videos and (args.images or _shards.source_given(args)):
         raise CapscoreError("give --images or --videos, not both")
-    if not args.videos and (args.frames or args.idf):
-        raise CapscoreError("--frames and --idf apply to --videos only")
     text_only = bool(args.metric) and all(get_metric(m).text_only() for m in args.metric)
-    source = _shards.source_from_args(args)
+    source = _shards.source_from_args(args)  # which input flags (sharded shards are listed, not read)
+    if args.engine == "ray" or is_folder_output(args.out):
+        output = ShardFolder(Path(args.out), format=args.out_format, resume=args.resume, overwrite=args.overwrite)
+    else:
+        output = FileOutput(Path(args.out), resume=args.resume, overwrite=args.overwrite)  # a format we can write
     if source is None:
         if not ((args.images or args.videos or text_only) and args.captions):
             raise CapscoreError("give --images (or --videos) and --captions, or one of --webdataset, --parquet, "
@@ -108,44 +112,28 @@ def job_from_args(args):
     else:
         name, metric_choice = choose_metric(source, medium, models=args.model)
         metrics = (name,)
-    _check_medium(metrics, medium)
     _check_refs(metrics, source)
     models = tuple(args.model)
-    if all(get_metric(m).text_only(medium) for m in metrics):
+    if all(get_metric(m).text_only() for m in metrics):
         if getattr(args, "_model_given", False):
             from capscore._log import warn
 
             warn(f"--model {' '.join(args.model)} is not loaded: {', '.join(metrics)} read text only")
         models = ()
     abe = abe_options(args)
-    if abe and "abe" not in metrics:
-        raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
     options = {"abe": abe} if abe else {}
-    if any(get_metric(m).text_only(medium) for m in metrics):
+    if any(get_metric(m).text_only() for m in metrics):
         options.update(tokenizer=args.tokenizer, classic_backend=args.classic_backend)
-    if medium == "video":
-        from capscore.data.video import Sampling
-
-        options["sampling"] = Sampling.parse(args.frames or "uniform:10")
-        if args.idf:
-            options["idf"] = True
+    if args.frames:
+        options["sampling"] = args.frames
+    if args.idf:
+        options["idf"] = True
     encoding = Encoding(device=args.device, dtype=args.dtype, seed=args.seed, context_length=args.context_length,
                         trust_remote_code=args.trust_remote_code, rgb_order=args.rgb_order,
                         batch_size=args.batch_size, cache_dir=args.cache_dir, cache=not args.no_cache)
-    folder = args.engine == "ray" or is_folder_output(args.out)
-    if folder:
-        output = ShardFolder(Path(args.out), format=args.out_format, resume=args.resume, overwrite=args.overwrite)
-    else:
-        output = FileOutput(Path(args.out), resume=args.resume, overwrite=args.overwrite)
     return ScoreJob(source=source, models=models, metrics=metrics, prefix=args.prefix, options=options,
                     output=output, skip_bad=args.skip_bad, encoding=encoding, chunk_size=args.chunk_size,
                     progress=not getattr(args, "quiet", False), metric_choice=metric_choice)
-
-
-def _check_medium(metrics, medium: str) -> None:
-    for m in map(get_metric, metrics):
-        if medium not in m.media:
-            raise CapscoreError(f"--metric {m.name} scores {m.media[0]}s; use it with --{m.media[0]}s")
 
 
 def _check_refs(metrics, source) -> None:
@@ -163,10 +151,6 @@ def _check_refs(metrics, source) -> None:
 def run(args) -> int:
     from capscore import pipeline
 
-    if args.engine != "ray" and not pipeline.is_folder_output(args.out):
-        from capscore.report.writers import output_format
-
-        output_format(Path(args.out))  # a format we can write, before the inputs are read
     job = job_from_args(args)
     executor = None
     if args.engine == "ray":  # source_from_args refuses --engine ray without a sharded source

@@ -18,8 +18,10 @@ Formats (see ``docs/meta.md`` for the files each one expects):
 ``pascal50s``              ``pair_pascal.mat`` + ``consensus_pascal.mat`` (the CIDEr release), or an
                            equivalent JSON/JSONL/CSV of pairs.
 ``foil``                   ``foilv1.0_test_2017.json`` + COCO ``captions_val2014.json``.
-``polaris`` / ``nebula`` /  Hugging Face parquet (or arrow) files of the dataset cards: Polaris
-``longcap-arena``          (``refs, cand, img, human_score``), Nebula (``file_name, image, refs, mt,
+``polaris`` / ``nebula`` /  the authors' CSVs (``mt, refs, score, imgid``: Polos' ``polaris_test.csv``,
+``longcap-arena``          DENEB's ``nebula_test.csv``, VELA's ``{desc,rel,flu}_dci_{val,test}.csv``), or the
+                           Hugging Face parquet (or arrow) files of the dataset cards: Polaris
+                           (``refs, cand, img, human_score``), Nebula (``file_name, image, refs, mt,
                            human_score``), LongCap-Arena (``file_name, image, refs, cand, score``).
 ``decapbench``             JSONL with ``image``, ``caption``, ``score`` (long-caption judgments).
 ``m-capeval1k``            JSONL with ``image``, ``caption``, ``score``, ``lang``.
@@ -668,7 +670,7 @@ def load_hf(path, images, *, name: str, split: str | None = None, extract_to=Non
     """Polaris, Nebula or LongCap-Arena from local parquet/arrow files of their Hugging Face releases.
 
     ``path``: one file, or the dataset folder with ``--split`` (e.g. ``test``; LongCap-Arena's splits
-    are ``test.desc``, ``test.rel``, ``test.flu``, ... — one aspect each). Embedded images are written
+    are ``dci_val.desc``, ``dci_test.rel``, ... — one aspect each). Embedded images are written
     once to ``extract_to`` (default: ``images`` if given, else the capscore cache folder) under their
     content hash, so the encoder reads them like any file; rows whose image is only a file name are
     looked up in ``images``. References come from ``refs``; NaN scores are skipped and counted.
@@ -713,6 +715,82 @@ def load_hf(path, images, *, name: str, split: str | None = None, extract_to=Non
     return RatingSet(name, str(path), tuple(items), skipped, {"split": split})
 
 
+# ------------------------------------------------------------------------------------ Polaris, Nebula, LongCap-Arena
+#: The authors' CSV release of each (their evaluation code reads these): file name per split.
+PUBLISHED_CSV = {
+    "polaris": "polaris_{split}.csv",  # Polos: data_en/polaris/polaris_{train,val,test}.csv (also on the HF card)
+    "nebula": "nebula_{split}.csv",  # DENEB: data_en/nebula/nebula_{train,val,test}.csv
+    "longcap-arena": "{aspect}_{part}.csv",  # VELA: {desc,rel,flu}_dci_{val,test}.csv
+}
+#: Hugging Face split names -> the CSV files' split names.
+CSV_SPLIT = {"validation": "val", "valid": "val"}
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+
+
+def _published_csv(name: str, folder: Path, split: str) -> Path | None:
+    """The CSV of ``split`` inside a dataset folder (directly or in ``test/``), or None."""
+    if name == "longcap-arena":
+        part, _, aspect = split.partition(".")
+        if not aspect:
+            raise InputError(str(folder), f"LongCap-Arena split {split!r} names no aspect",
+                             expected="dci_val.desc|rel|flu (TestA) or dci_test.desc|rel|flu (TestB)")
+        file = PUBLISHED_CSV[name].format(aspect=aspect, part=part)
+    else:
+        file = PUBLISHED_CSV[name].format(split=CSV_SPLIT.get(split, split))
+    for cand in (folder / file, folder / "test" / file):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def load_rating_csv(path, images, *, name: str) -> RatingSet:
+    """A judgment CSV in the Polos / DENEB / VELA layout: ``mt`` (or ``cand``), ``refs`` (a Python or JSON
+    list), ``score`` (or ``human_score``) and ``imgid`` (or ``image``/``file_name``/``image_path``), one row
+    per judgment. Images: ``images/imgid``, then with a usual image suffix added. NaN scores are skipped
+    and counted; the group (for sample-wise τ) is the image."""
+    path = _path(path, f"{name} CSV")
+    root = _images_root(images)
+    items, skipped = [], {}
+    for where, row in read_rows(path):
+        cap_col, cand = _pick(row, ("mt", "cand"))
+        img_col, imgid = _pick(row, ("imgid", "image", "file_name", "image_path"))
+        score_col, score = _pick(row, ("score", "human_score"))
+        if cand is None or imgid is None or score is None:
+            raise InputError(where, "missing column", expected="mt (or cand), refs, score, imgid", got=sorted(row))
+        human = _number(score, where, repr(score_col))
+        if math.isnan(human):
+            _count(skipped, f"NaN {score_col}")
+            continue
+        imgid = str(imgid)
+        img = _image(root, imgid, tries=(*(imgid + s for s in IMAGE_SUFFIXES), Path(imgid).name))
+        rec = Record.make(str(row.get("id") or where.rsplit(":", 1)[-1]), img, _text(cand, where, repr(cap_col)),
+                          _refs(row.get("refs"), where), source=where)
+        items.append(Rated(rec, human, group=imgid))
+    return RatingSet(name, str(path), tuple(items), skipped)
+
+
+def load_published(name: str, path, images, *, split: str | None = None) -> RatingSet:
+    """Polaris, Nebula or LongCap-Arena in either published layout.
+
+    ``path``: the authors' CSV file; a Hugging Face parquet/arrow file; or the dataset folder, in which
+    the CSV of ``split`` is looked for first (``polaris_test.csv``, ``nebula_test.csv``,
+    ``desc_dci_val.csv`` …, directly or in ``test/``), then the parquet files of that split
+    (``data/SPLIT-*.parquet``, :func:`load_hf`). ``split`` defaults to ``test``; LongCap-Arena's are
+    ``dci_val.{desc,rel,flu}`` (TestA) and ``dci_test.{desc,rel,flu}`` (TestB).
+    """
+    if name not in PUBLISHED_CSV:
+        raise unknown_name("published judgment dataset", name, PUBLISHED_CSV)
+    p = _path(path, f"{name} data")
+    split = split or ("dci_test.desc" if name == "longcap-arena" else "test")
+    if p.is_file():
+        return load_rating_csv(p, images, name=name) if p.suffix.lower() == ".csv" else load_hf(p, images, name=name)
+    found = _published_csv(name, p, split)
+    if found is not None:
+        ds = load_rating_csv(found, images, name=name)
+        return RatingSet(ds.name, ds.source, ds.items, ds.skipped, {"split": split})
+    return load_hf(p, images, name=name, split=split)
+
+
 # ------------------------------------------------------------------------------------ registry
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -754,11 +832,14 @@ DATASETS: dict[str, DatasetSpec] = {
                     "Shekhar et al. 2017 (FOIL-COCO); protocol of Hessel et al. 2021 / Sarto et al. 2023",
                     ties="loss"),
         DatasetSpec("polaris", "ratings", ("tau_c", "tau_b"),
-                    "--path Polaris parquet file or folder (+ --split test)", "Wada et al. 2024 (Polos)"),
+                    "--path polaris_test.csv (Polos release), a parquet file, or the dataset folder (+ --split test)",
+                    "Wada et al. 2024 (Polos)"),
         DatasetSpec("nebula", "ratings", ("tau_c", "tau_b"),
-                    "--path Nebula parquet file or folder (+ --split test)", "Matsuda et al. 2024 (DENEB)"),
+                    "--path nebula_test.csv (DENEB release), a parquet file, or the dataset folder (+ --split test)",
+                    "Matsuda et al. 2024 (DENEB)"),
         DatasetSpec("longcap-arena", "ratings", ("tau_c", "tau_b"),
-                    "--path LongCap-Arena parquet file or folder (+ --split test.desc|test.rel|test.flu)",
+                    "--path a {desc,rel,flu}_dci_{val,test}.csv, a parquet file, or the dataset folder "
+                    "(+ --split dci_val.desc … TestA, dci_test.desc … TestB)",
                     "Matsuda et al. 2025 (VELA)"),
         DatasetSpec("decapbench", "ratings", ("pearson", "one_minus_r2", "tau_b", "sample_tau_b"),
                     "--path JSONL with image, caption, score; --images folder",
@@ -802,13 +883,14 @@ def load_dataset(name: str, path=None, images=None, *, seed: int = 0, split: str
         return load_pascal50s(path, images, seed=seed)
     if name == "foil":
         return load_foil(path, images, coco_captions=coco_captions)
-    if name in HF_COLUMNS:
-        return load_hf(path, images, name=name, split=split)
+    if name in PUBLISHED_CSV:
+        return load_published(name, path, images, split=split)
     return load_generic(path, images, name=name, require_lang=name == "m-capeval1k")
 
 
 __all__ = [
     "DATASETS", "DatasetSpec", "Pair", "PairSet", "Rated", "RatingSet", "get_dataset", "load_composite",
-    "load_dataset", "load_flickr8k", "load_foil", "load_generic", "load_hf", "load_pascal50s", "norm",
+    "load_dataset", "load_flickr8k", "load_foil", "load_generic", "load_hf", "load_pascal50s", "load_published",
+    "load_rating_csv", "norm",
     "pascal_label", "read_rows",
 ]

@@ -23,7 +23,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -295,29 +295,32 @@ def _result(ds, spec, encoder, prefix, n, stats, skipped, seed, n_resamples, par
 
 
 # ------------------------------------------------------------------------------------ external scores
-def read_scores(path, *, column: str = "score", id_column: str = "id",
-                error_ids: set | None = None) -> tuple[dict[str, float], dict[str, int]]:
+def read_scores(path, *, column: str = "score", id_column: str = "id", error_ids: set | None = None,
+                rows: list | None = None) -> tuple[dict[str, float], dict[str, int]]:
     """A ``capscore score`` output (JSONL/CSV/Parquet with ``id`` and ``score``; rows with an empty
     score — an ``error`` row — are counted, not used) -> (id -> score, skipped counts).
-    ``error_ids``, when given, receives the ids of those error rows."""
+    ``error_ids``, when given, receives the ids of those error rows; ``rows`` each row's (id, image) in
+    file order (image "" where the row names none), error rows too."""
     path = Path(path).expanduser()
     if not path.exists():
         raise InputError(str(path), "scores file not found")
     if path.suffix.lower() == ".parquet":
         pq = require("pyarrow.parquet", purpose="reading Parquet")
         try:
-            rows = ((f"{path}: row {i}", r) for i, r in enumerate(pq.read_table(str(path)).to_pylist()))
+            table = ((f"{path}: row {i}", r) for i, r in enumerate(pq.read_table(str(path)).to_pylist()))
         except Exception as e:  # pyarrow raises several types for a non-parquet file
             raise InputError(str(path), f"cannot read parquet ({e})") from None
     else:
-        rows = read_rows(path)
+        table = read_rows(path)
     out: dict[str, float] = {}
     skipped: dict[str, int] = {}
-    for where, row in rows:
+    for where, row in table:
         if id_column not in row or column not in row:
             raise InputError(where, f"missing column {(id_column if id_column not in row else column)!r}",
                              expected=f"'{id_column}' and '{column}' (use --score-column / --id-column)")
         ident = str(row[id_column])
+        if rows is not None:
+            rows.append((ident, "" if row.get("image") in (None, "") else str(row["image"])))
         if row[column] in (None, ""):
             skipped["no score (error row)"] = skipped.get("no score (error row)", 0) + 1
             if error_ids is not None:
@@ -330,6 +333,48 @@ def read_scores(path, *, column: str = "score", id_column: str = "id",
             raise InputError(where, f"duplicate id {ident!r}")
         out[ident] = value
     return out, skipped
+
+
+def same_image(a: str, b: str) -> bool:
+    """Whether two names of an image name the same file, as two files write them: equal paths, or one path
+    ending in the other's components (``imgs/a.png``, ``/data/imgs/a.png``); a last component without a
+    suffix is a file stem, as image ids are (``a`` names ``a.png``)."""
+    pa, pb = (PurePosixPath(x.strip().replace("\\", "/")).parts for x in (a, b))
+    n = min(len(pa), len(pb))
+    if n == 0 or pa[-n:-1] != pb[-n:-1]:
+        return False
+    x, y = PurePosixPath(pa[-1]), PurePosixPath(pb[-1])
+    return x == y or ((not x.suffix or not y.suffix) and x.stem == y.stem)
+
+
+def _image_name(ref) -> str:
+    return str(ref.path) if ref.path is not None else ref.name
+
+
+def check_join(path, rows: Sequence[tuple[str, str]], human: RatingSet | PairSet) -> None:
+    """Refuse a scores file (``path``; ``rows``: each row's (id, image), error rows too, in file order) whose
+    rows would be joined with the wrong judgments: where a row and the item of its id both name an image,
+    they must name the same one; ids that are line numbers (1, 2, ..., N in file order: what a file without
+    an id column gets) say nothing about the item, so each must be confirmed that way, or the file is
+    refused."""
+    items = ({f"{p.id}:{side}": _image_name(p.image) for p in human.items for side in "ab"}
+             if isinstance(human, PairSet) else {it.record.id: _image_name(it.record.image) for it in human.items})
+    positional = [i for i, _ in rows] == [str(n) for n in range(1, len(rows) + 1)]
+    fix = "an id column naming the same items as the judgments' ids (capscore correlate --export-items writes them)"
+    for ident, mine in rows:
+        if ident not in items:
+            continue
+        theirs = items[ident]
+        if mine and theirs and not same_image(mine, theirs):
+            how = ("; its ids are line numbers (no id column), and the two files list their items in different "
+                   "orders" if positional else "")
+            raise InputError(f"{path}: id {ident!r}", f"names image {mine}, but the judged item {ident!r} is image "
+                             f"{theirs}{how}", expected=fix)
+        if positional and not (mine and theirs):
+            side = "the scores file" if not mine else "the judgments"
+            raise InputError(str(path), f"its ids are line numbers (1..{len(rows)}: a file without an id column), "
+                             f"and {side} name no image to check them against, so its rows cannot be matched with "
+                             "the judgments safely", expected=f"{fix}, or an image column in both files")
 
 
 def read_human(path, *, column: str | None = None, id_column: str = "id") -> RatingSet:

@@ -18,9 +18,13 @@ Each file in ``capscore/meta/tables/*.csv`` is one table of one paper; each row 
 
 The protocol of a row is the one :func:`capscore.meta.evaluate.evaluate` runs for ``capscore correlate
 --dataset D --metric M --model MODEL`` (the dataset's published files under the data root, in the layout of
-:data:`DATA_LAYOUT`), with the reference code's image pipeline (``rgb_order="after-crop"``) and the PTB
-tokenizer for the classic metrics. A row whose files, weights or tools (Java, CoreNLP) are absent is
-skipped with the reason; nothing is downloaded.
+:data:`DATA_LAYOUT`, the row's ``split``), with the reference code's image pipeline (``rgb_order="after-crop"``)
+and the PTB tokenizer for the classic metrics. A row whose metric capscore cannot run here
+(:data:`NOT_REGISTERED`), or whose files, weights or tools (Java, CoreNLP) are absent, is skipped with the
+reason; nothing is downloaded.
+
+Where an author's code printed a value other than the paper's table, both are rows, each citing its source
+(ROUGE-L on Flickr8k-Expert τ-b: 31.1 in ``pac-s-flickr8k``, 32.1 in ``pacscore-readme``).
 """
 from __future__ import annotations
 
@@ -39,12 +43,32 @@ COLUMNS = ("dataset", "split", "metric", "backbone", "model", "statistic", "pape
 #: dataset -> files under the data root: (--path, --images, --coco-captions or None), in the published layouts
 #: (the clipscore/pacscore ``flickr8k`` folder, the Polos/DENEB Composite CSV, the CIDEr release's Pascal-50S
 #: .mat files beside VOC2010 ``JPEGImages/``, FOIL's test JSON and COCO val2014 with its captions file).
+#: Polaris, Nebula and LongCap-Arena: the dataset folder (the authors' CSV of the row's split, or the Hugging Face
+#: parquet files, see :func:`capscore.meta.datasets.load_published`) and its ``images/``.
 DATA_LAYOUT: dict[str, tuple[str, str, str | None]] = {
     "flickr8k-expert": ("flickr8k/flickr8k.json", "flickr8k", None),
     "flickr8k-cf": ("flickr8k/crowdflower_flickr8k.json", "flickr8k", None),
     "composite": ("composite/composite.csv", "composite", None),
     "pascal50s": ("pascal50s", "pascal50s", None),
     "foil": ("foil/foilv1.0_test_2017.json", "coco", "coco/annotations/captions_val2014.json"),
+    "polaris": ("polaris", "polaris/images", None),
+    "nebula": ("nebula", "nebula/images", None),
+    "longcap-arena": ("longcap-arena", "longcap-arena/images", None),
+}
+#: Metrics of published rows that capscore's ``correlate`` path does not run (yet): metric -> what it needs.
+#: The rows are listed and compared with nothing until the metric is registered; then they run.
+NOT_REGISTERED = {
+    "polos": "Polos runs through capscore.scores.polos; it is not a registered metric of the correlate path yet "
+             "(weights: polos/reprod.ckpt and sup-simcse-roberta-base/ under the weights root)",
+    "deneb": "DENEB runs through capscore.scores.deneb; it is not a registered metric of the correlate path yet "
+             "(weights: deneb/deneb.ckpt and sup-simcse-roberta-base/ under the weights root)",
+    "fleur": "FLEUR runs through capscore.scores.judge; it is not a registered metric of the correlate path yet "
+             "(weights: llava-1.5-13b-hf/ under the weights root)",
+    "reffleur": "RefFLEUR runs through capscore.scores.judge; it is not a registered metric of the correlate path yet "
+                "(weights: llava-1.5-13b-hf/ under the weights root)",
+    "expert": "EXPERT runs through capscore.scores.judge; it is not a registered metric of the correlate path yet "
+              "(weights: expert-llava-13b-hf/ under the weights root)",
+    "vela": "capscore has no VELA implementation: the published value is listed for comparison only",
 }
 
 
@@ -225,8 +249,14 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
     datasets: dict[str, object] = {}
     results: dict[tuple[str, str, str], object] = {}
     encoders: dict[str, object] = {}
+    from capscore.scores.classic import CLASSIC_METRICS
+    from capscore.scores.metric import registry
+
     for i, row in enumerate(rows):
-        why = missing_data(row.dataset, data_root) or missing_tools(row.metric)
+        why = ""
+        if row.metric not in registry() and row.metric not in CLASSIC_METRICS:
+            why = NOT_REGISTERED.get(row.metric, f"metric {row.metric!r} is not available in this capscore")
+        why = why or missing_data(row.dataset, data_root) or missing_tools(row.metric)
         if not why and row.model != "-" and row.model not in override:
             wf = weights_file(row.model, weights_root)
             if wf is not None:
@@ -234,10 +264,11 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
         if why:
             out[i] = RowResult(row, skipped=why)
             continue
-        if row.dataset not in datasets:
+        dkey = (row.dataset, row.split)
+        if dkey not in datasets:
             path, images, coco = data_files(row.dataset, data_root)
-            datasets[row.dataset] = load_dataset(row.dataset, path, images, seed=seed, coco_captions=coco)
-        key = (row.dataset, row.model, row.metric)
+            datasets[dkey] = load_dataset(row.dataset, path, images, seed=seed, coco_captions=coco, split=row.split)
+        key = (row.dataset, row.split, row.model, row.metric)
         if key not in results:
             encoder = None
             if row.model != "-":
@@ -246,7 +277,7 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
                     bb = load_backbone(spec, device=device, seed=seed, rgb_order="after-crop")
                     encoders[spec] = Encoder(bb, batch_size=batch_size, cache=cache, progress=False)
                 encoder = encoders[spec]
-            results[key] = evaluate(datasets[row.dataset], encoder, row.metric, n_resamples=0, seed=seed)
+            results[key] = evaluate(datasets[dkey], encoder, row.metric, n_resamples=0, seed=seed)
         stat = results[key].get(row.statistic)
         if stat is None:
             raise CapscoreError(f"{row.where}: the protocol of {row.dataset} gives no statistic {row.statistic!r} "
@@ -281,10 +312,12 @@ def format_tables() -> str:
     parts = []
     for name in table_names():
         rows = read_table(name)
-        parts.append(f"{name} ({len(rows)} rows; {rows[0].source})")
-        parts.append(format_table([{"dataset": r.dataset, "metric": r.metric, "backbone": r.backbone,
-                                    "statistic": r.statistic, "paper": f"{r.paper:.1f}", "±": f"{r.tolerance:g}",
-                                    "model": r.model} for r in rows]))
+        one_source = len({r.source for r in rows}) == 1
+        parts.append(f"{name} ({len(rows)} rows" + (f"; {rows[0].source})" if one_source else "; sources per row)"))
+        parts.append(format_table([{"dataset": r.dataset + ("" if r.split == "test" else f" {r.split}"),
+                                    "metric": r.metric, "backbone": r.backbone, "statistic": r.statistic,
+                                    "paper": f"{r.paper:.1f}", "±": f"{r.tolerance:g}", "model": r.model,
+                                    **({} if one_source else {"source": r.source})} for r in rows]))
     return "\n".join(parts)
 
 

@@ -168,14 +168,18 @@ def correlate_file(scores: str, job: CorrelateJob, *, human: str | None = None, 
                    human_column: str | None = None, id_column: str = "id"):
     """Scores computed elsewhere (``scores``: JSONL/CSV/Parquet with ``id_column`` and ``score_column``)
     correlated with the human scores of the file ``human``, else of ``job``'s dataset; ``job`` also gives
-    the statistics, ties, bootstrap and seed."""
-    from capscore.meta.evaluate import correlate_scores, read_human, read_scores
+    the statistics, ties, bootstrap and seed. Rows join items by id, and by image where both name one;
+    a file whose ids are line numbers is refused unless every row's image confirms its item
+    (:func:`capscore.meta.evaluate.check_join`)."""
+    from capscore.meta.evaluate import check_join, correlate_scores, read_human, read_scores
 
     if human is None and not job.dataset:
         raise param_error("human", "correlate_file", "a file of human scores when job names no dataset", human)
     truth = read_human(human, column=human_column, id_column=id_column) if human is not None else load(job)
     errors: set[str] = set()
-    values, skipped = read_scores(scores, column=score_column, id_column=id_column, error_ids=errors)
+    rows: list[tuple[str, str]] = []
+    values, skipped = read_scores(scores, column=score_column, id_column=id_column, error_ids=errors, rows=rows)
+    check_join(scores, rows, truth)  # by (id, image); line-number ids only where images confirm them
     result = correlate_scores(values, truth, metric_name=f"{Path(scores).name}:{score_column}", columns=job.stats,
                               ties=job.ties, skipped=skipped, source=scores, n_resamples=job.bootstrap,
                               seed=job.seed)
@@ -248,7 +252,7 @@ def run_correlate_video(job: CorrelateJob):
     """``job.dataset`` one of the video datasets (vatex-eval, activitynet-foil, scenes-video): every video
     metric on every backbone, over frames sampled by ``job.frames`` (default uniform:10; docs/video.md)."""
     from capscore._log import is_quiet
-    from capscore.data.video import Sampling
+    from capscore.data.video import DEFAULT_SAMPLING, Sampling
     from capscore.embed.factory import make_encoder, open_cache
     from capscore.meta.video import evaluate_video, load_video_dataset
     from capscore.scores.metric import metric_names
@@ -262,7 +266,7 @@ def run_correlate_video(job: CorrelateJob):
         if m not in metric_names("video"):
             raise CapscoreError(f"metric {m} scores images; {job.dataset} is a video dataset")
     metrics = list(job.metrics)
-    sampling = Sampling.parse(job.frames or "uniform:10")
+    sampling = Sampling.parse(job.frames or DEFAULT_SAMPLING)
     ds = load_video_dataset(job.dataset, job.path, job.videos, seed=job.seed, n_scenes=job.scenes)
     encoding = _encoding(job)
     store, results = open_cache(encoding), []

@@ -54,7 +54,7 @@ JOURNALED = ("parquet", "json")  # whole-file formats: rows go to a JSONL journa
 def output_format(path: str | os.PathLike) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
-        raise InputError(str(path), f"unsupported --out format {suffix or '(no suffix)'!r}",
+        raise InputError(str(path), f"unsupported output format {suffix or '(no suffix)'!r}",
                          expected="a .jsonl, .csv, .parquet or .json (COCO results) file")
     if FORMATS[suffix] == "parquet":  # fail before scoring, not when the finished run is converted
         require("pyarrow.parquet", purpose=f"{Path(path).name} (a .parquet file)")

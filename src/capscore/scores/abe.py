@@ -160,8 +160,10 @@ class AbeConfig:
         for name in ("refine", "negative_binding", "binding_difference", "special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise param_error(name, where, "True or False", getattr(self, name))
-        if self.pool is not None and not isinstance(self.pool, str):
-            object.__setattr__(self, "pool", str(self.pool))  # accept pathlib.Path
+        if self.pool is not None:
+            if not isinstance(self.pool, str):
+                object.__setattr__(self, "pool", str(self.pool))  # accept pathlib.Path
+            load_concept_pool(self.pool)  # a missing or empty file fails here (read once: cached by mtime)
         if isinstance(self.attribute_deps, str) or not all(isinstance(d, str) for d in self.attribute_deps):
             raise param_error("attribute_deps", where, "a tuple of spaCy dependency labels", self.attribute_deps)
         object.__setattr__(self, "attribute_deps", tuple(self.attribute_deps))

@@ -20,7 +20,7 @@ import torch
 
 from capscore.data.records import Record
 from capscore.embed.engine import Encoder
-from capscore.errors import CapscoreError, unknown_name
+from capscore.errors import CapscoreError, OptionError, braced, unknown_name
 from capscore.scores.metric import EmbeddingBatch, Metric, get_metric, registry
 
 PairScorer = Callable[[Encoder, Sequence, Sequence[str]], torch.Tensor]
@@ -85,7 +85,8 @@ def get_pair_scorer(name: str, *, prefix: str | None = None, **options) -> PairS
                                 f"use one of {', '.join(names)}")
         raise unknown_name("scorer", name, names)
     if options and name != "abe":
-        raise CapscoreError(f"options {sorted(options)} apply to the abe scorer only; got scorer {name!r}")
+        raise OptionError(f"ABE-CLIP's {{options:--abe-k/--abe-p/--abe-omega/--concept-pool}} apply to "
+                          f"{{scorer:--scorer}} abe only; got {braced(repr(name))}")
     if options:
         from capscore.scores.abe import make_config
 
