@@ -111,7 +111,7 @@ def job_from_args(args):
     _check_medium(metrics, medium)
     _check_refs(metrics, source)
     models = tuple(args.model)
-    if all(get_metric(m).text_only(medium) for m in metrics):
+    if all(get_metric(m).text_only() for m in metrics):
         if getattr(args, "_model_given", False):
             from capscore._log import warn
 
@@ -121,7 +121,7 @@ def job_from_args(args):
     if abe and "abe" not in metrics:
         raise CapscoreError("--abe-k/--abe-p/--abe-omega/--concept-pool apply to --metric abe only")
     options = {"abe": abe} if abe else {}
-    if any(get_metric(m).text_only(medium) for m in metrics):
+    if any(get_metric(m).text_only() for m in metrics):
         options.update(tokenizer=args.tokenizer, classic_backend=args.classic_backend)
     if medium == "video":
         from capscore.data.video import Sampling
