@@ -1112,7 +1112,7 @@ def format_summary(result: dict, output: FileOutput | ShardFolder, *, quiet: boo
         if own is None:
             numbers = f"mean {_number(r['mean'])}"
         elif own["name"] == "mean":
-            numbers = f"headline mean {_number(own['value'])}"
+            numbers = f"headline mean {own.get('per_caption') or 'score'} {_number(own['value'])}"
         else:
             numbers = (f"headline {own['name']} {_number(own['value'])}, mean "
                        f"{own.get('per_caption') or 'per-caption score'} {_number(r['mean'])}")

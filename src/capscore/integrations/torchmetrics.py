@@ -141,12 +141,11 @@ class CaptionScore(Metric):
         from capscore import validate
         from capscore.data.images import ImageRef
         from capscore.data.records import Record
+        from capscore.errors import param_error
         from capscore.scores.functional import check_record
 
         if isinstance(captions, str):
             captions = [captions]
-        from capscore.errors import param_error
-
         if images is None:  # the text-only metrics read no image
             if isinstance(captions, (bytes, dict)) or not hasattr(captions, "__len__"):
                 raise param_error("captions", "CaptionScore.update", "a list of strings", captions)
@@ -167,28 +166,30 @@ class CaptionScore(Metric):
             self.texts.append(torch.frombuffer(bytearray(data), dtype=torch.uint8).to(self.score_sum.device))
 
     def _classic_headline(self) -> float:
-        """Every kept item scored as one evaluated set, and the metric's headline from their statistics."""
+        """Every kept item scored as one evaluated set, and the metric's headline from their statistics (NaN
+        when there is none; a SPICE item without an F is left out, as the summary of a run leaves it out)."""
         import json
 
+        from capscore.data.images import ImageRef
         from capscore.data.records import Record
         from capscore.scores.aggregate import aggregate_for
         from capscore.scores.functional import compute_values
 
         chunks = self.texts if isinstance(self.texts, list) else [self.texts]  # "cat" leaves one tensor after a sync
-        data = b"".join(bytes(t.cpu().numpy().tobytes()) for t in chunks)
+        data = b"".join(t.cpu().numpy().tobytes() for t in chunks)
         items = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
         if not items:
             return math.nan
-        from capscore.data.images import ImageRef
-
         records = [Record(str(i), ImageRef(name=f"item {i}"), c, tuple(rs)) for i, (c, rs) in enumerate(items)]
         texts = lambda: (self.prefix + t for c, rs in items for t in (c, *rs))  # noqa: E731
         with self._metric.image.session(texts, self._classic):
             values = compute_values(None, self._metric, records, prefix=self.prefix, options=self._classic)
         own = aggregate_for(self._metric)
         for k, score in enumerate(values.scores):
-            own.add({"score": score, **{c: v[k] for c, v in values.parts.items()}})
-        return own.value()
+            if math.isfinite(score):
+                own.add({"score": score, **{c: v[k] for c, v in values.parts.items()}})
+        value = own.value()
+        return math.nan if value is None else value
 
     def compute(self) -> torch.Tensor:
         """The mean score (float32); NaN with a warning when nothing was scored (capscore.validate's choice).

@@ -349,8 +349,7 @@ def _per_caption(metric: str) -> str:
     row = registry().get(metric)
     if row is None or not row.text_only():
         return ""
-    own = aggregate_for(row)
-    return getattr(own, "per_caption", None) or metric.upper().replace("CIDER", "CIDEr-D")
+    return getattr(aggregate_for(row), "per_caption", None) or metric
 
 
 def write_results(results: Sequence, out: str | Path, *, significance=None) -> tuple[Path, Path]:

@@ -25,8 +25,8 @@ clusters of unequal size weigh as their captions do.
   aggregate: a function ``finish`` of the column sums of one vector per item, as
   :class:`capscore.scores.aggregate.Summed` defines it), recomputed on every resample from the drawn
   clusters' summed vectors, as machine-translation significance testing does for BLEU (Koehn 2004
-  resamples the test set and recomputes corpus BLEU; Riezler & Maxwell 2005 shuffle sentence pairs and
-  recompute it). The draws are those of :func:`paired_bootstrap` and
+  resamples the test set and recomputes corpus BLEU; Riezler & Maxwell 2005 swap the two systems'
+  outputs of randomly chosen sentences and recompute it). The draws are those of :func:`paired_bootstrap` and
   :func:`approximate_randomization` for the same seed, so with the mean as the statistic the tests give
   theirs.
 

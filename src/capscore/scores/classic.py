@@ -604,11 +604,16 @@ class ClassicFormula:
 
     def stats(self, batch) -> ClassicStats:
         """The batch as one evaluated set (whatever its systems): its ClassicStats (values and headline)."""
+        from capscore._log import warn
+
         tokenizer, backend = self._options(batch.options)
         with _session() as s:
-            return s.score([self.metric], [batch.prefix + r.caption for r in batch.records],
-                           [[batch.prefix + x for x in r.refs] for r in batch.records], tokenizer=tokenizer,
-                           backend=backend, ids=[r.id for r in batch.records])[self.metric]
+            res = s.score([self.metric], [batch.prefix + r.caption for r in batch.records],
+                          [[batch.prefix + x for x in r.refs] for r in batch.records], tokenizer=tokenizer,
+                          backend=backend, ids=[r.id for r in batch.records])[self.metric]
+        for w in res.warnings:
+            warn(w)
+        return res
 
     def compute(self, batch):
         from capscore.scores.classic_stats import stats_text

@@ -247,10 +247,15 @@ class CorpusMeteor(Summed):
 
 class ItemMean(Summed):
     """The mean of the rows' scores (ROUGE-L, CIDEr-D, SPICE: pycocoevalcap's headline), as a sum of
-    ``(score, 1)`` so that resampling tests treat it like the corpus scores."""
+    ``(score, 1)`` so that resampling tests treat it like the corpus scores; ``per_caption`` names the
+    per-caption value."""
 
     name = "mean"
     width = 2
+
+    def __init__(self, per_caption: str | None = None) -> None:
+        self.per_caption = per_caption
+        super().__init__()
 
     def vector(self, row) -> list[float]:
         return [float(row["score"]), 1.0]
@@ -261,7 +266,13 @@ class ItemMean(Summed):
             return t[..., 0] / t[..., 1]
 
 
+_ITEM_VALUE = {"rouge-l": "ROUGE-L", "cider": "CIDEr-D", "spice": "SPICE F"}  # what a mean-headline row's score is
+
+
 def classic_aggregate(name: str) -> Summed:
     """A fresh headline aggregate of the classic metric ``name`` (the registry rows' ``aggregate``)."""
     kind = aggregate_kind(name)
-    return CorpusBleu(int(name[-1])) if kind == "bleu" else CorpusMeteor() if kind == "meteor" else ItemMean()
+    if kind == "bleu":
+        return CorpusBleu(int(name[-1]))
+    return CorpusMeteor() if kind == "meteor" else ItemMean(_ITEM_VALUE.get(name, name))
+
