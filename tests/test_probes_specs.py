@@ -98,6 +98,22 @@ def test_reference_negatives_one_new_other_image_per_step_with_the_last_unit_fal
     assert drawn == reference_wrong_units(segs, keys, [f"s|{i}" for i in range(len(segs))])  # seeded
 
 
+def test_reference_negatives_draw_uniformly_among_other_images_captions_with_units():
+    # the authors redraw random.randint(0, len(ds) - 1) until the image differs: a uniform draw over the other
+    # images' captions. Item 0 (image "a") has 4 steps per seed; captions 1 and 2 show image "a" too, caption 3
+    # has no unit (their [i] would fail on it), so every draw is caption 4 or 5, each about half of the time.
+    segs = [["x0", "x1", "x2", "x3", "x4"], ["y0", "y1"], ["z0"], [], ["p0", "p1", "p2"], ["q0"]]
+    keys = ["a", "a", "a", "b", "c", "d"]
+    drawn = [u for s in range(500) for u in reference_wrong_units(segs, keys, [f"{s}|{i}" for i in range(6)])[0]]
+    assert len(drawn) == 2000 and set(drawn) == {"p0", "p1", "p2", "q0"}
+    from_p = sum(u.startswith("p") for u in drawn)
+    assert abs(from_p - 1000) < 4 * (2000 * 0.25) ** 0.5  # binomial(2000, 1/2) within 4 sd
+    # step t (0-based) takes unit t of caption 4 while it has one, then its last; caption 5 always its only unit
+    rows = [reference_wrong_units(segs, keys, [f"{s}|{i}" for i in range(6)])[0] for s in range(50)]
+    per_step = [{row[t] for row in rows} for t in range(4)]
+    assert per_step == [{"p0", "q0"}, {"p1", "q0"}, {"p2", "q0"}, {"p2", "q0"}]
+
+
 def test_reference_negatives_without_another_image_are_none():
     assert reference_wrong_units([["x", "y", "z"], ["p", "q"]], ["a", "a"], ["s0", "s1"]) == [[None, None], [None]]
 
