@@ -98,18 +98,39 @@ def test_reference_negatives_one_new_other_image_per_step_with_the_last_unit_fal
     assert drawn == reference_wrong_units(segs, keys, [f"s|{i}" for i in range(len(segs))])  # seeded
 
 
+def test_reference_negatives_draw_uniformly_among_other_images_captions_with_units():
+    # the authors redraw random.randint(0, len(ds) - 1) until the image differs: a uniform draw over the other
+    # images' captions. Item 0 (image "a") has 4 steps per seed; captions 1 and 2 show image "a" too, caption 3
+    # has no unit (their [i] would fail on it), so every draw is caption 4 or 5, each about half of the time.
+    segs = [["x0", "x1", "x2", "x3", "x4"], ["y0", "y1"], ["z0"], [], ["p0", "p1", "p2"], ["q0"]]
+    keys = ["a", "a", "a", "b", "c", "d"]
+    drawn = [u for s in range(500) for u in reference_wrong_units(segs, keys, [f"{s}|{i}" for i in range(6)])[0]]
+    assert len(drawn) == 2000 and set(drawn) == {"p0", "p1", "p2", "q0"}
+    from_p = sum(u.startswith("p") for u in drawn)
+    assert abs(from_p - 1000) < 4 * (2000 * 0.25) ** 0.5  # binomial(2000, 1/2) within 4 sd
+    # step t (0-based) takes unit t of caption 4 while it has one, then its last; caption 5 always its only unit
+    rows = [reference_wrong_units(segs, keys, [f"{s}|{i}" for i in range(6)])[0] for s in range(50)]
+    per_step = [{row[t] for row in rows} for t in range(4)]
+    assert per_step == [{"p0", "q0"}, {"p1", "q0"}, {"p2", "q0"}, {"p2", "q0"}]
+
+
 def test_reference_negatives_without_another_image_are_none():
     assert reference_wrong_units([["x", "y", "z"], ["p", "q"]], ["a", "a"], ["s0", "s1"]) == [[None, None], [None]]
 
 
-def _probe(items, variant, units):
+def _words_tokenize(texts):
+    """A fake tokenizer: one token per word, plus the start and end tokens."""
+    return [[0] * (len(t.split()) + 2) for t in texts]
+
+
+def _probe(items, variant, units, **kw):
     """run_specificity with a scorer that scores each text by its CRC-32: the rows show what was scored."""
-    enc = SimpleNamespace(backbone=SimpleNamespace(spec="fake", identity="fake"))
+    enc = SimpleNamespace(backbone=SimpleNamespace(spec="fake", identity="fake", tokenize=_words_tokenize))
 
     def scorer(encoder, images, texts):
         return torch.tensor([zlib.crc32(t.encode()) % 1000 / 1000 - 0.1 for t in texts], dtype=torch.float64)
 
-    return run_specificity(enc, items, scorer=scorer, scorer_name="hash", seed=3, units=units, variant=variant)
+    return run_specificity(enc, items, scorer=scorer, scorer_name="hash", seed=3, units=units, variant=variant, **kw)
 
 
 def test_run_specificity_reference_builds_the_authors_negatives_and_rates():
@@ -130,6 +151,59 @@ def test_run_specificity_reference_builds_the_authors_negatives_and_rates():
     s = res.summary[0]
     assert s["variant"] == "reference" and s["sr_pos_images"] == pytest.approx(np.mean(pos))
     assert s["sr_neg_images"] == pytest.approx(np.mean(neg)) and s["n_images_pos"] == len(pos) >= 3
+
+
+def _authors_join(units, neg_units, max_len):
+    """The authors' join_segmented_captions re-derived: start from the first unit; per step the next prefix and
+    the negative (the current prefix + the drawn unit) are both added, unless either has more than max_len
+    tokens (here: words + 2), which ends the caption."""
+    n = lambda text: len(text.split()) + 2  # noqa: E731
+    merged, negs = [units[0]], []
+    for piece, neg in zip(units[1:], neg_units):
+        nxt, bad = f"{merged[-1]} {piece}", f"{merged[-1]} {neg}"
+        if n(nxt) > max_len or n(bad) > max_len:
+            break
+        merged.append(nxt)
+        negs.append(bad)
+    return merged, negs
+
+
+@pytest.mark.parametrize("max_tokens", [4, 7, 9, 12, 1000])
+def test_reference_chains_end_where_the_authors_builder_ends_them(max_tokens):
+    # units of 1 to 3 words, so a negative (another caption's unit) can be longer or shorter than the next prefix;
+    # with 4 tokens every chain stops at P_1 (P_2 has at least 2 words + 2)
+    segs = [["a b", "c", "d e f", "g", "h i"], ["x y z", "w", "v u"], ["p", "q r s", "t"], ["m n", "o"]]
+    items = [ProbeItem(f"i{j}", f"img{j}.png", " ".join(us)) for j, us in enumerate(segs)]
+    res = _probe(items, "reference", segs, max_tokens=max_tokens)
+    unlimited = _probe(items, "reference", segs, max_tokens=None).rows  # the same draws (seeded), every step
+    for row, full, us in zip(res.rows, unlimited, segs):
+        assert full["units_kept"] == len(us) and len(full["wrong"]) == len(us) - 1
+        drawn = [w[len(" ".join(us[: t + 1])) + 1 :] for t, w in enumerate(full["wrong"])]
+        merged, negs = _authors_join(us, drawn, max_tokens)
+        assert row["units_kept"] == len(merged) == len(row["prefix_scores"])
+        assert row["wrong"] == negs
+    assert res.params["max_tokens"] == max_tokens
+
+
+def test_reference_chain_length_by_hand():
+    from capscore.probes.run import reference_chain_length
+
+    # token counts of P_1..P_3 and of the negatives of steps 1 and 2; limit 6
+    assert reference_chain_length([3, 4, 5], [9, 5], 6) == 1  # the negative of step 1 is too long: P_1 only
+    assert reference_chain_length([3, 4, 5], [5, 9], 6) == 2
+    assert reference_chain_length([3, 4, 7], [5, 5], 6) == 2  # P_3 too long
+    assert reference_chain_length([3, 4, 5], [None, None], 6) == 3  # no negative: the prefix alone decides
+    assert reference_chain_length([10, 4], [5], 6) == 2  # P_1 is never checked (the authors start from it)
+
+
+def test_reference_max_tokens_must_be_positive():
+    from capscore.errors import CapscoreError
+
+    segs = [["a", "b"], ["c", "d"]]
+    items = [ProbeItem(f"i{j}", f"img{j}.png", " ".join(us)) for j, us in enumerate(segs)]
+    for bad in (0, -5, 2.5, True):
+        with pytest.raises(CapscoreError, match="'max_tokens' parameter of run_specificity"):
+            _probe(items, "reference", segs, max_tokens=bad)
 
 
 # ------------------------------------------------------------------ detail units, grammar="reference"

@@ -268,10 +268,16 @@ def run_lgip(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairScorer
 
 
 # ============================================================================ SPECS specificity
+#: The SPECS authors' limit on a prefix or negative caption (``data/create_dci.py``: ``MAX_LEN = 248``, LongCLIP's
+#: context), in tokens with the start and end tokens.
+REFERENCE_MAX_TOKENS = 248
+
+
 def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: PairScorer = cosine_pairs,
                     scorer_name: str = "cosine", seed: int = 0, source: str = "", suite: str = "specificity",
                     units: Sequence[Sequence[str]] | None = None, variant: str = "capscore",
-                    min_steps: int | None = None, max_attached_pps: int = 1, grammar: str = "capscore") -> ProbeResult:
+                    min_steps: int | None = None, max_attached_pps: int = 1, grammar: str = "capscore",
+                    max_tokens: int | None = REFERENCE_MAX_TOKENS) -> ProbeResult:
     """SPECS specificity rates from detail units (§3.2, eqs. 1-2; units as in §4.2).
 
     Prefix P_k = units 1..k joined by spaces. SR_pos: share of steps with
@@ -287,9 +293,12 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     another image, is drawn with that generator, and its unit at index k-1 (its k-th unit) is used, or its
     last unit when it has fewer. ``variant="reference"`` also counts the steps the reference evaluation
     counts (:func:`capscore.probes.metrics.reference_chain`: s(P_K) is never stored, the chain length is
-    the number of positive stored scores; images with fewer than 2 steps skipped). ``units`` overrides
-    segmentation (scenes give exact units); ``grammar`` picks the chunker (:mod:`capscore.probes.segment`;
-    ``"reference"`` is the authors').
+    the number of positive stored scores; images with fewer than 2 steps skipped), and ends a chain where
+    their builder does (:func:`reference_chain_length`): at the first step whose prefix or negative caption
+    has more than ``max_tokens`` tokens (default 248, their ``MAX_LEN``; counted with the start and end
+    tokens by the encoder's tokenizer; ``None``: no limit); a row's ``units_kept`` says how many prefixes its
+    chain kept. ``units`` overrides segmentation (scenes give exact units); ``grammar`` picks the chunker
+    (:mod:`capscore.probes.segment`; ``"reference"`` is the authors').
 
     The score θ is the pair scorer's: cosine by default, as §3.2 defines θ ("the cosine
     similarity between the representations of image and text") and as the authors' evaluation
@@ -304,12 +313,18 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
         from capscore.errors import param_error
 
         raise param_error("variant", "run_specificity", "'capscore' or 'reference'", variant)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        from capscore.errors import param_error
+
+        raise param_error("max_tokens", "run_specificity", "a positive number of tokens or None", max_tokens)
     segs = [list(u) for u in units] if units is not None else [
         detail_units(it.caption, max_attached_pps=max_attached_pps, grammar=grammar) for it in items]
     pool = [(i, u) for i, us in enumerate(segs) for u in us]
     if variant == "reference":
         drawn = reference_wrong_units(segs, [_image_key(it.image) for it in items],
                                       [f"{seed}|specificity|{it.id}" for it in items])
+    if variant == "reference" and max_tokens is not None:
+        count = _token_counter(encoder)
     imgs, texts, plan = [], [], []
     for i, (it, us) in enumerate(zip(items, segs)):
         prefixes = [" ".join(us[: k + 1]) for k in range(len(us))]
@@ -325,6 +340,12 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
             else:
                 w = rng.choice(others) if others else None
             wrong.append(None if w is None else f"{prefixes[k]} {w}")
+        if variant == "reference" and max_tokens is not None:
+            n_tok = count(prefixes + [w for w in wrong if w is not None])
+            n_wrong = iter(n_tok[len(prefixes):])
+            kept = reference_chain_length(n_tok[: len(prefixes)], [None if w is None else next(n_wrong) for w in wrong],
+                                          max_tokens)
+            prefixes, wrong = prefixes[:kept], wrong[: max(kept - 1, 0)]
         plan.append((prefixes, wrong))
         for t in prefixes + [w for w in wrong if w is not None]:
             imgs.append(it.image)
@@ -344,7 +365,8 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
         pref_scores.append(ps)
         wrong_scores.append(ws)
         rows.append({"id": it.id, "source": it.source, "caption": it.caption, "units": us, "prefix_scores": ps,
-                     "wrong": wrong, "wrong_scores": [_f(x) for x in ws], "steps": max(len(us) - 1, 0)})
+                     "wrong": wrong, "wrong_scores": [_f(x) for x in ws], "steps": max(len(us) - 1, 0),
+                     "units_kept": len(prefixes)})
     r = M.specificity_rates(pref_scores, wrong_scores, variant=variant, min_steps=min_steps)
     summary = [{"variant": variant,
                 "sr_pos": _f(r.pos.triplets), "sr_neg": _f(r.neg.triplets), "sr_mean": _f(r.mean_triplets),
@@ -356,7 +378,32 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
                 "min_steps": 2 if (min_steps is None and variant == "reference") else (min_steps or 1)}]
     params = {"variant": variant, "min_steps": min_steps, "max_attached_pps": max_attached_pps, "grammar": grammar,
               "units_given": units is not None}
+    if variant == "reference":
+        params["max_tokens"] = max_tokens
     return _meta(encoder, suite, scorer_name, params, seed, source, rows, summary)
+
+
+def reference_chain_length(prefix_tokens: Sequence[int], wrong_tokens: Sequence[int | None], max_tokens: int) -> int:
+    """How many prefixes the SPECS authors' data builder keeps (``create_dci.py``, ``join_segmented_captions``),
+    from the token counts of the prefixes P_1..P_K and of the negatives P_t + d⁻_t (``None``: no negative):
+    P_1 always; then P_{t+1} and P_t + d⁻_t are added together, step by step, until one of them has more than
+    ``max_tokens`` tokens, where the chain ends. A step without a negative is checked on its prefix alone."""
+    for t in range(1, len(prefix_tokens)):
+        w = wrong_tokens[t - 1] if t - 1 < len(wrong_tokens) else None
+        if prefix_tokens[t] > max_tokens or (w is not None and w > max_tokens):
+            return t
+    return len(prefix_tokens)
+
+
+def _token_counter(encoder):
+    """Token counts with start and end tokens, from the encoder's tokenizer (``Backbone.tokenize``)."""
+    tokenize = getattr(encoder.backbone, "tokenize", None)
+    if tokenize is None:
+        from capscore.errors import CapscoreError
+
+        raise CapscoreError(f"{encoder.backbone.spec} has no tokenizer to count a prefix's tokens; "
+                            "pass max_tokens=None to keep every step")
+    return lambda texts: [len(ids) for ids in tokenize(list(texts))]
 
 
 def _image_key(image) -> object:
