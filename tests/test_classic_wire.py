@@ -424,27 +424,38 @@ def test_a_java_failure_mid_run_leaves_no_complete_summary_and_resumes(fake_java
 
 
 # ------------------------------------------------------------------------------------ sessions, correlate
-def test_one_meteor_process_per_run_and_per_correlate(tmp_path, monkeypatch, capsys):
+def test_one_meteor_process_and_one_ptb_pass_per_run_and_per_correlate(tmp_path, monkeypatch, capsys):
     from capscore.scores import classic_java
 
-    starts = []
-    original = classic_java.Meteor.__init__
+    starts, passes = [], []
+    original, ptb = classic_java.Meteor.__init__, classic_java.ptb_tokenize
 
     def counted(self, *a, **k):
         starts.append(1)
         original(self, *a, **k)
 
+    def tokenized(texts, **k):
+        passes.append(len(texts))
+        return ptb(texts, **k)
+
     monkeypatch.setattr(classic_java.Meteor, "__init__", counted)
+    monkeypatch.setattr(classic_java, "ptb_tokenize", tokenized)
+    monkeypatch.setattr(classic, "_PTB_MEMO", {})  # texts other tests tokenised must reach the jar again
     systems, refs = _systems(20)
     files = [write(tmp_path / f"{n}.json", systems[n]) for n in ("a", "b", "c")]
     assert cli("score", "--captions", *files, "--refs", write(tmp_path / "r.json", refs), "--metric", "meteor",
                "bleu4", "--chunk-size", "4", "--out", tmp_path / "o.jsonl") == 0
     assert len(starts) == 1
+    texts = {c for n in ("a", "b", "c") for c in systems[n].values()} | {r for rs in refs.values() for r in rs}
+    assert passes == [len(texts)]  # three systems, 15 chunks of 4, two metrics: one PTB pass over every text
     starts.clear()
+    passes.clear()
+    classic._PTB_MEMO.clear()
     out = tmp_path / "corr"
     assert cli("correlate", "--dataset", "scenes-oracle", "--scenes", "6", "--metric", "meteor", "bleu4", "rouge-l",
                "--classic-backend", "pycocoevalcap", "--bootstrap", "0", "--out", out) == 0
     assert len(starts) == 1
+    assert len(passes) == 1  # every caption and reference of the dataset, once
     printed = capsys.readouterr().out
     assert "per-caption values (segment-level METEOR, sentence-level BLEU-4, ROUGE-L) correlated caption by " \
            "caption" in printed
