@@ -2,7 +2,7 @@
 model, and bad input is one line (docs/classic.md, docs/score.md).
 
 Every expected headline is pycocoevalcap's ``compute_score`` called directly on the same set (tests/classic_sets.py's
-``pycoco_direct``), never capscore's own numbers: on the pacscore example (whose README prints the values), on a
+``pycoco_direct``), never capscore's own numbers: on the example fixture (the values pycocoevalcap prints), on a
 1,000+ caption set, and on a run of several systems (each its own evaluated set, as pycocoevalcap scores one results
 file), through the CLI, ``capscore.score`` and ``CaptionScore``.
 """
@@ -28,9 +28,10 @@ pytest.importorskip("pycocoevalcap")
 
 FIVE = ["bleu1", "bleu4", "meteor", "rouge-l", "cider"]
 ALL = ["bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge-l", "cider"]
-EXAMPLE = json.loads((Path(__file__).parent / "fixtures" / "pacscore_example.json").read_text())
-README = {"good_captions": [0.6400, 0.3503, 0.3057, 0.5012, 1.4918],  # pacscore's README, as printed
-          "bad_captions": [0.4500, 0.0000, 0.0995, 0.3268, 0.4259]}
+EXAMPLE = json.loads((Path(__file__).parent / "fixtures" / "classic_example.json").read_text())
+PRINTED = EXAMPLE["pycocoevalcap"]  # what pycocoevalcap prints for the fixture, 4 decimals
+PACSCORE_README = {"good_captions": [0.6400, 0.3503, 0.3057, 0.5012, 1.4918],  # pacscore's README, as printed
+                   "bad_captions": [0.4500, 0.0000, 0.0995, 0.3268, 0.4259]}
 
 
 def write(path: Path, data) -> Path:
@@ -68,8 +69,10 @@ def direct(cands, refs, names) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------ the issue's example
 @pytest.mark.parametrize("which", ["good_captions", "bad_captions"])
-def test_the_pacscore_example_prints_and_records_the_papers_numbers_without_a_model(which, tmp_path, capsys,
-                                                                                    session):  # noqa: F811
+def test_the_example_prints_and_records_pycocoevalcaps_numbers_without_a_model(which, tmp_path, capsys,
+                                                                              session):  # noqa: F811
+    """The issue's command on tests/fixtures/classic_example.json (laid out as the pacscore example), with
+    images but no --model."""
     images = tmp_path / "images"
     images.mkdir()
     from PIL import Image
@@ -85,7 +88,7 @@ def test_the_pacscore_example_prints_and_records_the_papers_numbers_without_a_mo
     ids = list(EXAMPLE["refs"])
     want = direct([EXAMPLE[which][i] for i in ids], [EXAMPLE["refs"][i] for i in ids], FIVE)
     got = headlines(summary)
-    for m, printed_value in zip(FIVE, README[which]):
+    for m, printed_value in zip(FIVE, PRINTED[which]):
         assert got[m] == pytest.approx(want[m], abs=1e-12)
         assert round(got[m], 4) == pytest.approx(printed_value, abs=1e-12)
         assert f"{m} (text only): 2 scored, 0 skipped, headline " in printed and f"{printed_value:.4f}" in printed
@@ -104,6 +107,41 @@ def test_the_pacscore_example_prints_and_records_the_papers_numbers_without_a_mo
     assert all(len(r["stats"].split()) == 10 for r in got_rows if r["metric"].startswith("bleu"))
     assert all(len(r["stats"].split()) == 23 for r in got_rows if r["metric"] == "meteor")
     assert all(r["stats"] is None for r in got_rows if r["metric"] in ("rouge-l", "cider"))
+
+
+PACSCORE_EXAMPLE = os.environ.get("CAPSCORE_PACSCORE_EXAMPLE")
+
+
+@pytest.mark.skipif(not PACSCORE_EXAMPLE, reason="set CAPSCORE_PACSCORE_EXAMPLE to the example/ folder of a "
+                                                 "checkout of github.com/aimagelab/pacscore")
+@pytest.mark.parametrize("which", ["good_captions", "bad_captions"])
+def test_the_pacscore_repositorys_own_example_gives_its_readmes_numbers(which, tmp_path):
+    """The command as a user types it in pacscore's example/ folder (its images, captions and references; not
+    copied here: the repository carries no licence), in a process of its own: the values pacscore's README
+    prints, no model or backbone recorded, no torch imported, at most 20 CPU-seconds (Java included)."""
+    import resource
+
+    out = tmp_path / f"{which}.jsonl"
+    probe = ("import json, sys\nfrom capscore.cli import main\ncode = main(sys.argv[1:])\n"
+             "print(json.dumps({'code': code, 'torch': 'torch' in sys.modules}))\n")
+    args = ["score", "--images", "images", "--captions", f"{which}.json", "--refs", "refs.json", "--metric", *FIVE,
+            "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, "-c", probe, *args], cwd=PACSCORE_EXAMPLE, capture_output=True,
+                          text=True, env=env, timeout=600)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"code": 0, "torch": False}, proc.stderr
+    summary = json.loads(Path(f"{out}.summary.json").read_text())
+    got = headlines(summary)
+    assert [round(got[m], 4) for m in FIVE] == PACSCORE_README[which]
+    for m, value in zip(FIVE, PACSCORE_README[which]):
+        assert f"{m} (text only): 2 scored, 0 skipped, headline " in proc.stdout and f"{value:.4f}" in proc.stdout
+    assert summary["model"] is None and summary["backbone"] is None
+    assert all(r["model"] is None and r["backbone"] is None for r in summary["runs"])
+    assert {r["model"] for r in rows(out)} == {None}
+    assert cpu <= 20, f"{cpu:.1f} CPU-s"
 
 
 def test_text_only_imports_no_torch(tmp_path):
@@ -171,6 +209,10 @@ def test_several_systems_each_get_their_own_headline_and_corpus_tests(tmp_path, 
         got = headlines(summary, name)
         for m in FIVE:  # CIDEr's IDF over the system's own set: "d" covers 50 of the 120 images
             assert got[m] == pytest.approx(want[name][m], abs=1e-12), (name, m)
+    # the run's own value pools every system's captions, as pycocoevalcap would on one file of all of them
+    pooled = [(c, refs[k]) for caps in systems.values() for k, c in caps.items()]
+    assert headlines(summary)["bleu4"] == pytest.approx(
+        direct([c for c, _ in pooled], [r for _, r in pooled], ["bleu4"])["bleu4"], abs=1e-12)
     # the paired tests between systems test the headline: the observed difference is pycocoevalcap's
     tests = {(t["metric"], t["a"], t["b"]): t for t in summary["system_tests"]}
     boot, ar = tests[("bleu4", "a", "b")]["tests"]
@@ -382,27 +424,38 @@ def test_a_java_failure_mid_run_leaves_no_complete_summary_and_resumes(fake_java
 
 
 # ------------------------------------------------------------------------------------ sessions, correlate
-def test_one_meteor_process_per_run_and_per_correlate(tmp_path, monkeypatch, capsys):
+def test_one_meteor_process_and_one_ptb_pass_per_run_and_per_correlate(tmp_path, monkeypatch, capsys):
     from capscore.scores import classic_java
 
-    starts = []
-    original = classic_java.Meteor.__init__
+    starts, passes = [], []
+    original, ptb = classic_java.Meteor.__init__, classic_java.ptb_tokenize
 
     def counted(self, *a, **k):
         starts.append(1)
         original(self, *a, **k)
 
+    def tokenized(texts, **k):
+        passes.append(len(texts))
+        return ptb(texts, **k)
+
     monkeypatch.setattr(classic_java.Meteor, "__init__", counted)
+    monkeypatch.setattr(classic_java, "ptb_tokenize", tokenized)
+    monkeypatch.setattr(classic, "_PTB_MEMO", {})  # texts other tests tokenised must reach the jar again
     systems, refs = _systems(20)
     files = [write(tmp_path / f"{n}.json", systems[n]) for n in ("a", "b", "c")]
     assert cli("score", "--captions", *files, "--refs", write(tmp_path / "r.json", refs), "--metric", "meteor",
                "bleu4", "--chunk-size", "4", "--out", tmp_path / "o.jsonl") == 0
     assert len(starts) == 1
+    texts = {c for n in ("a", "b", "c") for c in systems[n].values()} | {r for rs in refs.values() for r in rs}
+    assert passes == [len(texts)]  # three systems, 15 chunks of 4, two metrics: one PTB pass over every text
     starts.clear()
+    passes.clear()
+    classic._PTB_MEMO.clear()
     out = tmp_path / "corr"
     assert cli("correlate", "--dataset", "scenes-oracle", "--scenes", "6", "--metric", "meteor", "bleu4", "rouge-l",
                "--classic-backend", "pycocoevalcap", "--bootstrap", "0", "--out", out) == 0
     assert len(starts) == 1
+    assert len(passes) == 1  # every caption and reference of the dataset, once
     printed = capsys.readouterr().out
     assert "per-caption values (segment-level METEOR, sentence-level BLEU-4, ROUGE-L) correlated caption by " \
            "caption" in printed
