@@ -52,7 +52,8 @@ import numpy as np
 from capscore._optional import require
 from capscore.data.records import Record
 from capscore.data.images import ImageRef
-from capscore.data.jsonl import DuplicateKey, csv_problem, iter_csv_rows, iter_jsonl, json_problem, unique_keys
+from capscore.data.jsonl import (DuplicateKey, csv_problem, iter_csv_rows, iter_jsonl, json_problem, surrogate_problem,
+                                 unique_keys)
 from capscore.errors import CapscoreError, InputError, unknown_name
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -130,7 +131,8 @@ def _load_json(path: Path):
     given twice is an error naming it, where ``json`` alone would keep the last entry without a word)."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return json.load(f, object_pairs_hook=unique_keys)
+            text = f.read()
+        data = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}", f"malformed JSON ({e.msg}, column {e.colno})") from None
     except DuplicateKey as e:
@@ -142,6 +144,9 @@ def _load_json(path: Path):
         raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
     except (RecursionError, ValueError) as e:  # nested too deep; an integer over Python's 4300 digits
         raise InputError(str(path), f"unreadable JSON ({json_problem(e)})") from None
+    if (problem := surrogate_problem(text, data)) is not None:
+        raise InputError(str(path), problem)
+    return data
 
 
 def read_rows(path: Path) -> Iterator[tuple[str, dict]]:
