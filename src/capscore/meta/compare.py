@@ -197,12 +197,12 @@ def _tests(xa, xb, corpus, clusters, *, n_resamples: int, seed: int):
 
 
 def format_comparison(c: SystemComparison) -> str:
-    from capscore.report.tables import format_p, format_table
+    from capscore.report.tables import format_number, format_p, format_table
 
     boot, ar = c.bootstrap, c.randomization
     stat = boot.statistic
     rows = [{"test": "paired bootstrap", f"{stat} A": boot.mean_a, f"{stat} B": boot.mean_b, "A - B": boot.delta,
-             "95% CI": f"[{boot.ci[0]:.4f}, {boot.ci[1]:.4f}]", "p (two-sided)": format_p(boot.p_value, c.n_resamples),
+             "95% CI": f"[{format_number(boot.ci[0])}, {format_number(boot.ci[1])}]", "p (two-sided)": format_p(boot.p_value, c.n_resamples),
              "A wins": f"{100 * boot.wins_a:.1f}%"},
             {"test": "approximate randomisation", f"{stat} A": ar.mean_a, f"{stat} B": ar.mean_b, "A - B": ar.delta,
              "95% CI": "", "p (two-sided)": format_p(ar.p_value, c.n_resamples), "A wins": ""}]
@@ -309,7 +309,7 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
     import json
 
     from capscore.pipeline import TEXT_ONLY, columns_for, summary_path, write_json
-    from capscore.report.tables import format_p, format_table
+    from capscore.report.tables import format_number, format_p, format_table
     from capscore.report.writers import read_rows
     from capscore.scores.metric import get_metric
 
@@ -322,7 +322,7 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
     write_json(spath, {**json.loads(spath.read_text(encoding="utf-8")), "system_tests": tests})
     rows = [{"model": t["model"] or TEXT_ONLY, "metric": t["metric"], "statistic": boot.get("statistic", "mean"),
              "A": t["a"], "B": t["b"], "A - B": boot["delta"],
-             "95% CI": f"[{boot['ci'][0]:.4f}, {boot['ci'][1]:.4f}]",
+             "95% CI": f"[{format_number(boot['ci'][0])}, {format_number(boot['ci'][1])}]",
              "p bootstrap": format_p(boot["p_value"], n_resamples),
              "p randomisation": format_p(ar["p_value"], n_resamples), "paired": t["paired"], "by": t["match"]}
             for t in tests if "tests" in t for boot, ar in [t["tests"]]]
