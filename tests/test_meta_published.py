@@ -110,7 +110,7 @@ def test_scores_outside_zero_one_are_one_line_naming_the_row(tmp_path, name, sco
     import pyarrow.parquet as pq
 
     path = _csv(tmp_path / "j.csv", ["a dog,\"['a dog']\",0.5,a.jpg", f"a cat,\"['a cat']\",{score},b.jpg"])
-    with pytest.raises(InputError, match=rf"j.csv:3: 'score' is outside the dataset's scale \[0, 1\]"):
+    with pytest.raises(InputError, match=r"j.csv:3: 'score' is outside the dataset's scale \[0, 1\]"):
         load_rating_csv(path, None, name=name)
     cols = {"polaris": ("cand", "img", "human_score"), "nebula": ("mt", "file_name", "human_score"),
             "longcap-arena": ("cand", "file_name", "score")}[name]
