@@ -159,3 +159,34 @@ def test_set_without_equals_names_the_flag(tmp_path, capsys):
     code, _, err = run(["train", "contrastive", "--set", "lr", "--out", tmp_path / "out"], capsys)
     line = assert_one_error(code, err, "--set", "KEY=VALUE", "'lr'")
     assert "build_stages" not in line
+
+
+def test_report_names_the_row_holding_a_lone_surrogate(tmp_path, capsys):
+    f = tmp_path / "r.jsonl"
+    f.write_text('{"id": "\\ud800", "image": "i", "caption": "x", "metric": "clip-s", "score": 0.1, "error": null}\n')
+    code, _, err = run(["report", f, "--out", tmp_path / "r.html"], capsys)
+    assert_one_error(code, err, "r.jsonl:1", "lone surrogate")
+
+
+def test_a_captions_file_whose_name_is_not_utf8_scores_resumes_and_reports(tmp_path, capsys):
+    """The system is named after the file; a name that is not UTF-8 (b'\\xfe.jsonl', carried by Python as a
+    lone surrogate) is shown as U+FFFD in the rows, the summary keeps the path as given (so --resume finds
+    it equal), and the report renders (was exit 1 "this is a bug": the summary writer failed)."""
+    import os
+
+    name = os.fsdecode(b"\xfe.jsonl")
+    f = tmp_path / name
+    f.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    out = tmp_path / "o.jsonl"
+    argv = ["score", "--captions", f, "--metric", "bleu4", "--tokenizer", "simple", "--out", out]
+    code, _, err = run(argv, capsys)
+    assert code == 0, err
+    rows = [json.loads(ln) for ln in out.read_text(encoding="utf-8").splitlines()]
+    assert {r["system"] for r in rows} == {"\ufffd"} and len(rows) == 4
+    summary = json.loads((tmp_path / "o.jsonl.summary.json").read_text(encoding="utf-8"))
+    assert summary["captions"] == [str(f)]
+    code, _, err = run([*argv, "--resume"], capsys)
+    assert code == 0, err
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 4  # nothing doubled
+    code, _, err = run(["report", out, "--out", tmp_path / "r.html"], capsys)
+    assert code == 0, err

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from capscore.data.images import ImageRef
 from capscore.data.records import Record
-from capscore.data.jsonl import iter_csv_rows, iter_jsonl, json_problem, surrogate_problem
+from capscore.data.jsonl import iter_csv_rows, iter_jsonl, json_problem, surrogate_problem, text_name
 from capscore.errors import InputError, bounded, short_repr
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".webp", ".bmp", ".gif")
@@ -286,7 +286,7 @@ def read_captions(
     given = str(path)
     path = readable_once(path, "--captions")
     if system is None:
-        system = "stdin" if given == "-" else Path(given).stem
+        system = "stdin" if given == "-" else text_name(Path(given).stem)
     suffix = path.suffix.lower()
     _check_not_empty(path, "captions")
     if suffix == ".json":

@@ -67,6 +67,19 @@ def surrogate_problem(text: str, obj) -> str | None:
     return None
 
 
+def text_name(name: str) -> str:
+    """A file name as text: the bytes of a name that is not UTF-8 (which Python carries as lone surrogates)
+    shown as U+FFFD, so a system named after the file can be written to every output."""
+    if not _SURROGATE.search(name):
+        return name
+    import os
+
+    try:
+        return os.fsencode(name).decode("utf-8", errors="replace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte
+        return _SURROGATE.sub("\ufffd", name)
+
+
 def json_problem(e: BaseException) -> str:
     """One line for what ``json`` raises besides JSONDecodeError on hostile input."""
     if isinstance(e, DuplicateKey):

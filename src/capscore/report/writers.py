@@ -487,7 +487,9 @@ def write_json(path: Path, obj) -> None:
     """Write ``obj`` as JSON atomically (a temporary file renamed over ``path``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    # a lone surrogate (a path given on the command line that is not UTF-8) is written as its JSON escape,
+    # so the summary reads back to the same string (resume compares paths)
+    tmp.write_bytes((json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8", errors="backslashreplace"))
     os.replace(tmp, path)
 
 
