@@ -190,3 +190,17 @@ def test_a_captions_file_whose_name_is_not_utf8_scores_resumes_and_reports(tmp_p
     assert len(out.read_text(encoding="utf-8").splitlines()) == 4  # nothing doubled
     code, _, err = run(["report", out, "--out", tmp_path / "r.html"], capsys)
     assert code == 0, err
+
+
+def test_spice_with_broken_corenlp_jars_says_what_is_wrong_with_them(tmp_path, monkeypatch):
+    """A 0-byte jar or an HTML page saved as one (doctor calls them MISSING) is named with its problem
+    when SPICE is asked for, not only 'put them in DIR' while they are there."""
+    from capscore.errors import CapscoreError
+    from capscore.scores import classic
+
+    (tmp_path / "stanford-corenlp-3.6.0.jar").write_bytes(b"")
+    (tmp_path / "stanford-corenlp-3.6.0-models.jar").write_text("<html>")
+    monkeypatch.setenv("CAPSCORE_SPICE_DIR", str(tmp_path))
+    monkeypatch.setattr("capscore.embed.cache.DEFAULT_CACHE_DIR", tmp_path / "cache")
+    with pytest.raises(CapscoreError, match=r"stanford-corenlp-3.6.0.jar: empty \(0 bytes\); .*models.jar: not a jar"):
+        classic.classic_score("spice", ["a dog"], [["a dog"]], tokenizer="none")
