@@ -204,3 +204,23 @@ def test_spice_with_broken_corenlp_jars_says_what_is_wrong_with_them(tmp_path, m
     monkeypatch.setattr("capscore.embed.cache.DEFAULT_CACHE_DIR", tmp_path / "cache")
     with pytest.raises(CapscoreError, match=r"stanford-corenlp-3.6.0.jar: empty \(0 bytes\); .*models.jar: not a jar"):
         classic.classic_score("spice", ["a dog"], [["a dog"]], tokenizer="none")
+
+
+@pytest.mark.skipif(__import__("shutil").which("java") is None, reason="no Java (PTB tokenizer)")
+def test_compare_refuses_a_classic_metric_on_other_tokens(tmp_path, capsys):
+    """BLEU-4 on PTB tokens and BLEU-4 on the simple tokenizer's are two definitions of the metric (as two
+    metrics are); the summaries say which, and compare refuses the pair. The backends agree to 1e-12 and
+    are compared."""
+    caps = tmp_path / "c.jsonl"
+    caps.write_text("".join(json.dumps(r) + "\n" for r in ROWS[:3]) + json.dumps(
+        {"id": "3", "image": "i3.png", "caption": "two cats sleep", "refs": ["two cats asleep"]}) + "\n")
+    outs = {}
+    for name, extra in (("ptb", ["--tokenizer", "ptb"]), ("simple", ["--tokenizer", "simple"]),
+                        ("pycoco", ["--tokenizer", "simple", "--classic-backend", "pycocoevalcap"])):
+        outs[name] = tmp_path / f"{name}.jsonl"
+        code, _, err = run(["score", "--captions", caps, "--metric", "bleu4", *extra, "--out", outs[name]], capsys)
+        assert code == 0, err
+    code, _, err = run(["compare", outs["ptb"], outs["simple"], "--resamples", "100"], capsys)
+    assert_one_error(code, err, "ptb.jsonl holds bleu4 on ptb tokens", "simple tokens")
+    code, out, err = run(["compare", outs["simple"], outs["pycoco"], "--resamples", "100"], capsys)
+    assert code == 0, err

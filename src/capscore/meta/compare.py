@@ -105,6 +105,21 @@ def headline_of(metric: str | None):
     return own if isinstance(own, Summed) and own.name != "mean" else None
 
 
+def _tokenizer_of(path, metric: str) -> str | None:
+    """The tokenizer a classic metric's scores were computed on, from the run's summary beside ``path``
+    (None: not a classic metric, or no summary to say)."""
+    from capscore.scores.classic import CLASSIC_METRICS
+
+    if metric not in CLASSIC_METRICS:
+        return None
+    from capscore.pipeline import summary_path
+    from capscore.report.writers import load_json
+
+    summary = load_json(summary_path(Path(path)))
+    tok = summary.get("tokenizer") if isinstance(summary, dict) else None
+    return tok if isinstance(tok, str) else None
+
+
 def _made_by(made_by: tuple[str, str]) -> str:
     model, metric = made_by
     return f"metric {metric or '?'!r} on model {model or '?'!r}"
@@ -125,6 +140,11 @@ def _paired(path_a, path_b, *, match: str, score_column: str):
     if by_a is not None and by_b is not None and by_a != by_b:
         raise CapscoreError(f"{path_a} holds scores of {_made_by(by_a)} and {path_b} of {_made_by(by_b)}; "
                             "a comparison needs both systems scored by the same metric on the same model")
+    metric = (by_a or by_b or ("", ""))[1]
+    tok_a, tok_b = _tokenizer_of(path_a, metric), _tokenizer_of(path_b, metric)
+    if tok_a is not None and tok_b is not None and tok_a != tok_b:
+        raise CapscoreError(f"{path_a} holds {metric} on {tok_a} tokens and {path_b} on {tok_b} tokens (their "
+                            "summaries' tokenizer); a comparison needs both systems tokenised alike")
     keys = [k for k in a if k in b]
     if len(keys) < 2:
         raise OptionError(f"{braced(path_a)} and {braced(path_b)} share {len(keys)} scored {match}(s); a "
