@@ -95,6 +95,26 @@ def test_arbitrary_unicode_equals_its_normalised_text_item_by_item(session, data
 
 
 @needs_java
+@pytest.mark.parametrize("tokenizer, backend", [("ptb", "pycocoevalcap"), ("simple", "native"),
+                                                ("simple", "pycocoevalcap"), ("none", "native")])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                HealthCheck.function_scoped_fixture])
+@given(data=items)
+def test_every_tokenizer_and_backend_scores_a_text_as_its_normalised_text(session, tokenizer, backend, data):
+    """The same property on the other tokenizers and backends (METEOR included: with "simple" and "none" the
+    texts reach its jar as written, `|||` and all): arbitrary text scores, item by item, exactly as the same
+    text with its separators normalised."""
+    cands = [c for c, _ in data]
+    refs = [rs for _, rs in data]
+    raw = session.score(ALL, cands, refs, tokenizer=tokenizer, backend=backend)
+    clean = session.score(ALL, [normalised(c) for c in cands], [[normalised(r) for r in rs] for rs in refs],
+                          tokenizer=tokenizer, backend=backend)
+    for m in ALL:
+        np.testing.assert_array_equal(raw[m].values, clean[m].values, err_msg=m)
+        assert np.isfinite(raw[m].values).all(), m
+
+
+@needs_java
 @PROPERTY
 @given(texts, st.integers(0, 4), st.booleans())
 def test_one_items_weird_text_never_changes_another_items_score(session, weird, which, in_ref):

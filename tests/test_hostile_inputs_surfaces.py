@@ -825,7 +825,7 @@ def test_correlate_counts_each_item_once(tmp_path, capsys):
     # by hand: 45 human items; c10..c39 matched (30); c0..c9 error rows (10); c40..c44 absent (5)
     assert "matched: 30 of 45 human items" in out
     assert "skipped: 10 no score (error row), 5 no score for the id" in out
-    assert "1 rows whose id has no human judgment" in out
+    assert "also in " + str(tmp_path / "s.jsonl") + ": 1 rows whose id has no human judgment" in out  # the scores file
 
 
 @pytest.mark.parametrize("field, value", [("score", True), ("score", False), ("human", True)])

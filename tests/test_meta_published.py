@@ -98,3 +98,24 @@ def test_nan_free_scores_are_kept_as_floats(tmp_path):
     ds = load_rating_csv(path, None, name="nebula")
     assert [it.human for it in ds.items] == [1.0, 0.0] and ds.items[0].record.refs == ()
     assert not any(math.isnan(it.human) for it in ds.items)
+
+
+@pytest.mark.parametrize("name", ["polaris", "nebula", "longcap-arena"])
+@pytest.mark.parametrize("score", ["1.5", "-0.25", "7", "4"])
+def test_scores_outside_zero_one_are_one_line_naming_the_row(tmp_path, name, score):
+    """The three releases hold human scores normalised to [0, 1] (0.625 on LongCap-Arena's dataset card;
+    the Polos and DENEB heads end in a sigmoid): a 1-5 rating or a negative share is an error naming the
+    file and line, in the CSV layout and the parquet one, never a silently accepted judgment."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = _csv(tmp_path / "j.csv", ["a dog,\"['a dog']\",0.5,a.jpg", f"a cat,\"['a cat']\",{score},b.jpg"])
+    with pytest.raises(InputError, match=r"j.csv:3: 'score' is outside the dataset's scale \[0, 1\]"):
+        load_rating_csv(path, None, name=name)
+    cols = {"polaris": ("cand", "img", "human_score"), "nebula": ("mt", "file_name", "human_score"),
+            "longcap-arena": ("cand", "file_name", "score")}[name]
+    _png(tmp_path / "images" / "a.jpg")
+    pq.write_table(pa.table({cols[0]: ["a dog", "a cat"], cols[1]: ["a.jpg", "a.jpg"],
+                             cols[2]: [0.5, float(score)], "refs": [["a dog"], ["a cat"]]}), tmp_path / "t.parquet")
+    with pytest.raises(InputError, match=rf"t.parquet: row 1: '{cols[2]}' is outside the dataset's scale \[0, 1\]"):
+        load_published(name, tmp_path / "t.parquet", tmp_path / "images")

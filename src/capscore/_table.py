@@ -14,6 +14,15 @@ import math
 from collections.abc import Mapping, Sequence
 
 
+#: From this magnitude on a float is printed in exponent notation: fixed decimals would print hundreds of digits.
+EXPONENT_FROM = 1e12
+
+
+def format_number(v: float, digits: int = 4) -> str:
+    """A float at ``digits`` decimals, or in exponent notation from :data:`EXPONENT_FROM` on (``1.0000e+300``)."""
+    return f"{v:.{digits}e}" if math.isfinite(v) and abs(v) >= EXPONENT_FROM else f"{v:.{digits}f}"
+
+
 def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None, *, digits: int = 4,
                  indent: str = "  ") -> str:
     """Rows (dicts) -> an aligned text table; missing cells are blank, floats get ``digits`` decimals.
@@ -28,7 +37,7 @@ def format_table(rows: Sequence[Mapping], columns: Sequence[str] | None = None, 
         if v is None or (isinstance(v, float) and v != v):
             return ""
         if isinstance(v, float) or (floats and isinstance(v, int) and not isinstance(v, bool)):
-            return f"{v:.{digits}f}"
+            return format_number(v, digits)
         return str(v)
 
     def is_number(v) -> bool:

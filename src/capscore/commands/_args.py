@@ -48,6 +48,7 @@ non_negative_int = _ranged(int, lambda v: v >= 0, "an integer >= 0", "An integer
 positive_float = _ranged(float, lambda v: v > 0, "a number > 0", "A finite number > 0 (learning rates).")
 non_negative_float = _ranged(float, lambda v: v >= 0, "a number >= 0", "A finite number >= 0 (weight decay).")
 probability = _ranged(float, lambda v: 0 <= v <= 1, "a probability in [0, 1]", "A number in [0, 1].")
+significance_level = _ranged(float, lambda v: 0 < v < 1, "a significance level in (0, 1)", "A number in (0, 1).")
 seed = _ranged(int, lambda v: 0 <= v <= 2**63 - 1, "an integer in [0, 2**63 - 1]",
                "A random seed: every generator capscore seeds (numpy, torch, random) takes these.")
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from capscore.commands import _shards
 from capscore.commands._args import (add_device, add_metric, add_model, job_of, non_negative_int, output_dir,
-                                     positive_int, refuse_input_as_output, resamples_or_zero, seed)
+                                     positive_int, refuse_input_as_output, resamples_or_zero, seed,
+                                     significance_level)
 from capscore.errors import CapscoreError
 
 
@@ -32,7 +33,7 @@ def configure(p) -> None:
     p.add_argument("--classic-backend", choices=("native", "pycocoevalcap"), default="native",
                    help="classic metrics: BLEU, ROUGE-L and CIDEr-D computed natively on the PTB tokens (default; "
                         "equal to pycocoevalcap's to 1e-12) or by pycocoevalcap's own code; recorded in the results")
-    p.add_argument("--alpha", type=float, default=0.05,
+    p.add_argument("--alpha", type=significance_level, default=0.05,
                    help="significance level of the cluster of metrics not different from the best (default 0.05)")
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")
     p.add_argument("--scores", metavar="FILE", help="external scores (JSONL/CSV/Parquet with id and score)")

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from capscore.data.images import ImageRef
 from capscore.data.records import Record
-from capscore.data.jsonl import iter_csv_rows, iter_jsonl, json_problem
+from capscore.data.jsonl import iter_csv_rows, iter_jsonl, json_problem, surrogate_problem, text_name
 from capscore.errors import InputError, bounded, short_repr
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tiff", ".tif", ".webp", ".bmp", ".gif")
@@ -286,7 +286,7 @@ def read_captions(
     given = str(path)
     path = readable_once(path, "--captions")
     if system is None:
-        system = "stdin" if given == "-" else Path(given).stem
+        system = "stdin" if given == "-" else text_name(Path(given).stem)
     suffix = path.suffix.lower()
     _check_not_empty(path, "captions")
     if suffix == ".json":
@@ -460,7 +460,8 @@ def _load_json_any(path: Path, expected: str):
     """Load a JSON file, objects as :class:`_Pairs` (duplicate keys kept)."""
     with _open_text(path) as f:
         try:
-            return json.load(f, object_pairs_hook=_Pairs)
+            text = f.read()
+            data = json.loads(text, object_pairs_hook=_Pairs)
         except json.JSONDecodeError as e:
             raise InputError(f"{path}:{e.lineno}", f"malformed JSON ({e.msg}, column {e.colno})",
                              expected=expected) from None
@@ -468,6 +469,9 @@ def _load_json_any(path: Path, expected: str):
             raise InputError(str(path), "not UTF-8 text", expected=expected) from None
         except (RecursionError, ValueError) as e:  # nested too deep; an integer over Python's 4300 digits
             raise InputError(str(path), f"unreadable JSON ({json_problem(e)})", expected=expected) from None
+    if (problem := surrogate_problem(text, data)) is not None:
+        raise InputError(str(path), problem)
+    return data
 
 
 def _load_json_dict(path: Path, expected: str, *, pairs: bool = False):

@@ -7,12 +7,15 @@ must never vanish silently); a malformed line or a line that is not a JSON objec
 is raised as :class:`InputError` (``strict=True``) or yielded as its one-line
 message so the caller can write an error row (``strict=False``, ``--skip-bad``). An object that
 names one key twice is malformed (:func:`unique_keys`), in JSONL lines and in every JSON file read
-with that hook: ``json`` alone would keep the last value without a word.
+with that hook: ``json`` alone would keep the last value without a word. So is a string holding a lone
+surrogate (a ``\\ud800`` escape without its pair, :func:`surrogate_problem`): ``json`` accepts it, but it is
+not Unicode text, no output file can hold it, and a tokenizer would see something else than was written.
 """
 from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +40,44 @@ def unique_keys(pairs: list[tuple[str, object]]) -> dict:
                 raise DuplicateKey(key)
             seen.add(key)
     return out
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def surrogate_problem(text: str, obj) -> str | None:
+    """Why the JSON ``obj`` parsed from ``text`` is not Unicode text, or None: a string (value or key)
+    holding a lone surrogate. ``obj`` is walked only when ``text`` holds a surrogate escape (a pair such
+    as ``\\ud83d\\ude00`` decodes to one character and passes)."""
+    if "\\u" not in text or not _SURROGATE_ESCAPE.search(text):
+        return None
+    stack = [obj]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, str):
+            if (m := _SURROGATE.search(x)) is not None:
+                return (f"the string {short_repr(x)} holds a lone surrogate (\\u{ord(m.group()):04x} without its "
+                        "pair): not Unicode text")
+        elif isinstance(x, dict):
+            stack.extend(x.keys())
+            stack.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+    return None
+
+
+def text_name(name: str) -> str:
+    """A file name as text: the bytes of a name that is not UTF-8 (which Python carries as lone surrogates)
+    shown as U+FFFD, so a system named after the file can be written to every output."""
+    if not _SURROGATE.search(name):
+        return name
+    import os
+
+    try:
+        return os.fsencode(name).decode("utf-8", errors="replace")
+    except UnicodeEncodeError:  # a surrogate that is no escaped byte
+        return _SURROGATE.sub("\ufffd", name)
 
 
 def json_problem(e: BaseException) -> str:
@@ -101,7 +142,8 @@ def iter_jsonl(path: str | Path, *, strict: bool = True) -> Iterator[tuple[str, 
                 continue
             try:
                 row = json.loads(line, object_pairs_hook=unique_keys)
-                problem = None if isinstance(row, dict) else f"a JSONL line must be an object; got {short_repr(row)}"
+                problem = surrogate_problem(line, row) if isinstance(row, dict) else \
+                    f"a JSONL line must be an object; got {short_repr(row)}"
             except json.JSONDecodeError as e:
                 problem = f"malformed JSON line ({e.msg}, column {e.colno})"
             except (RecursionError, ValueError) as e:

@@ -123,7 +123,9 @@ class ShardedSource:
         name = p.name if p.is_dir() else p.stem
         if any(c in name for c in "{*?["):
             name = p.parent.name
-        return name or self.kind
+        from capscore.data.jsonl import text_name
+
+        return text_name(name) or self.kind
 
     def read(self, shard: Shard) -> Iterator:
         """One shard's items in order, each tagged with :attr:`system`."""

@@ -105,6 +105,21 @@ def headline_of(metric: str | None):
     return own if isinstance(own, Summed) and own.name != "mean" else None
 
 
+def _tokenizer_of(path, metric: str) -> str | None:
+    """The tokenizer a classic metric's scores were computed on, from the run's summary beside ``path``
+    (None: not a classic metric, or no summary to say)."""
+    from capscore.scores.classic import CLASSIC_METRICS
+
+    if metric not in CLASSIC_METRICS:
+        return None
+    from capscore.pipeline import summary_path
+    from capscore.report.writers import load_json
+
+    summary = load_json(summary_path(Path(path)))
+    tok = summary.get("tokenizer") if isinstance(summary, dict) else None
+    return tok if isinstance(tok, str) else None
+
+
 def _made_by(made_by: tuple[str, str]) -> str:
     model, metric = made_by
     return f"metric {metric or '?'!r} on model {model or '?'!r}"
@@ -125,6 +140,11 @@ def _paired(path_a, path_b, *, match: str, score_column: str):
     if by_a is not None and by_b is not None and by_a != by_b:
         raise CapscoreError(f"{path_a} holds scores of {_made_by(by_a)} and {path_b} of {_made_by(by_b)}; "
                             "a comparison needs both systems scored by the same metric on the same model")
+    metric = (by_a or by_b or ("", ""))[1]
+    tok_a, tok_b = _tokenizer_of(path_a, metric), _tokenizer_of(path_b, metric)
+    if tok_a is not None and tok_b is not None and tok_a != tok_b:
+        raise CapscoreError(f"{path_a} holds {metric} on {tok_a} tokens and {path_b} on {tok_b} tokens (their "
+                            "summaries' tokenizer); a comparison needs both systems tokenised alike")
     keys = [k for k in a if k in b]
     if len(keys) < 2:
         raise OptionError(f"{braced(path_a)} and {braced(path_b)} share {len(keys)} scored {match}(s); a "
@@ -197,12 +217,12 @@ def _tests(xa, xb, corpus, clusters, *, n_resamples: int, seed: int):
 
 
 def format_comparison(c: SystemComparison) -> str:
-    from capscore.report.tables import format_p, format_table
+    from capscore.report.tables import format_number, format_p, format_table
 
     boot, ar = c.bootstrap, c.randomization
     stat = boot.statistic
     rows = [{"test": "paired bootstrap", f"{stat} A": boot.mean_a, f"{stat} B": boot.mean_b, "A - B": boot.delta,
-             "95% CI": f"[{boot.ci[0]:.4f}, {boot.ci[1]:.4f}]", "p (two-sided)": format_p(boot.p_value, c.n_resamples),
+             "95% CI": f"[{format_number(boot.ci[0])}, {format_number(boot.ci[1])}]", "p (two-sided)": format_p(boot.p_value, c.n_resamples),
              "A wins": f"{100 * boot.wins_a:.1f}%"},
             {"test": "approximate randomisation", f"{stat} A": ar.mean_a, f"{stat} B": ar.mean_b, "A - B": ar.delta,
              "95% CI": "", "p (two-sided)": format_p(ar.p_value, c.n_resamples), "A wins": ""}]
@@ -309,7 +329,7 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
     import json
 
     from capscore.pipeline import TEXT_ONLY, columns_for, summary_path, write_json
-    from capscore.report.tables import format_p, format_table
+    from capscore.report.tables import format_number, format_p, format_table
     from capscore.report.writers import read_rows
     from capscore.scores.metric import get_metric
 
@@ -322,7 +342,7 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
     write_json(spath, {**json.loads(spath.read_text(encoding="utf-8")), "system_tests": tests})
     rows = [{"model": t["model"] or TEXT_ONLY, "metric": t["metric"], "statistic": boot.get("statistic", "mean"),
              "A": t["a"], "B": t["b"], "A - B": boot["delta"],
-             "95% CI": f"[{boot['ci'][0]:.4f}, {boot['ci'][1]:.4f}]",
+             "95% CI": f"[{format_number(boot['ci'][0])}, {format_number(boot['ci'][1])}]",
              "p bootstrap": format_p(boot["p_value"], n_resamples),
              "p randomisation": format_p(ar["p_value"], n_resamples), "paired": t["paired"], "by": t["match"]}
             for t in tests if "tests" in t for boot, ar in [t["tests"]]]

@@ -52,7 +52,8 @@ import numpy as np
 from capscore._optional import require
 from capscore.data.records import Record
 from capscore.data.images import ImageRef
-from capscore.data.jsonl import DuplicateKey, csv_problem, iter_csv_rows, iter_jsonl, json_problem, unique_keys
+from capscore.data.jsonl import (DuplicateKey, csv_problem, iter_csv_rows, iter_jsonl, json_problem, surrogate_problem,
+                                 unique_keys)
 from capscore.errors import CapscoreError, InputError, unknown_name
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
@@ -130,7 +131,8 @@ def _load_json(path: Path):
     given twice is an error naming it, where ``json`` alone would keep the last entry without a word)."""
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return json.load(f, object_pairs_hook=unique_keys)
+            text = f.read()
+        data = json.loads(text, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}", f"malformed JSON ({e.msg}, column {e.colno})") from None
     except DuplicateKey as e:
@@ -142,6 +144,9 @@ def _load_json(path: Path):
         raise InputError(str(path), f"cannot read file ({e.strerror or e})") from None
     except (RecursionError, ValueError) as e:  # nested too deep; an integer over Python's 4300 digits
         raise InputError(str(path), f"unreadable JSON ({json_problem(e)})") from None
+    if (problem := surrogate_problem(text, data)) is not None:
+        raise InputError(str(path), problem)
+    return data
 
 
 def read_rows(path: Path) -> Iterator[tuple[str, dict]]:
@@ -757,7 +762,7 @@ def load_rating_csv(path, images, *, name: str) -> RatingSet:
         score_col, score = _pick(row, ("score", "human_score"))
         if cand is None or imgid is None or score is None:
             raise InputError(where, "missing column", expected="mt (or cand), refs, score, imgid", got=sorted(row))
-        human = _number(score, where, repr(score_col))
+        human = human_score(score, where, repr(score_col), DATASETS[name].scale if name in DATASETS else None)
         if math.isnan(human):
             _count(skipped, f"NaN {score_col}")
             continue
@@ -833,14 +838,15 @@ DATASETS: dict[str, DatasetSpec] = {
                     ties="loss"),
         DatasetSpec("polaris", "ratings", ("tau_c", "tau_b"),
                     "--path polaris_test.csv (Polos release), a parquet file, or the dataset folder (+ --split test)",
-                    "Wada et al. 2024 (Polos)"),
+                    # normalised to [0, 1] (the Polos and DENEB heads regress them through a sigmoid)
+                    "Wada et al. 2024 (Polos)", scale=(0.0, 1.0)),
         DatasetSpec("nebula", "ratings", ("tau_c", "tau_b"),
                     "--path nebula_test.csv (DENEB release), a parquet file, or the dataset folder (+ --split test)",
-                    "Matsuda et al. 2024 (DENEB)"),
+                    "Matsuda et al. 2024 (DENEB)", scale=(0.0, 1.0)),
         DatasetSpec("longcap-arena", "ratings", ("tau_c", "tau_b"),
                     "--path a {desc,rel,flu}_dci_{val,test}.csv, a parquet file, or the dataset folder "
                     "(+ --split dci_val.desc … TestA, dci_test.desc … TestB)",
-                    "Matsuda et al. 2025 (VELA)"),
+                    "Matsuda et al. 2025 (VELA)", scale=(0.0, 1.0)),  # normalised, as the release's dataset card shows
         DatasetSpec("decapbench", "ratings", ("pearson", "one_minus_r2", "tau_b", "sample_tau_b"),
                     "--path JSONL with image, caption, score; --images folder",
                     "Ye et al. 2025 (DeCapBench / DCScore); columns of SPECS Table 2"),

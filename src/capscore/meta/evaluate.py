@@ -169,9 +169,12 @@ def evaluate_ratings(ds: RatingSet, encoder: Encoder, metric: str | Metric, *,
                         skipped=skipped, options=options)
     kept = [it for it in ds.items if it.record.id in scores]
     x = [scores[it.record.id] for it in kept]
-    stats = rating_stats(x, [it.human for it in kept], columns, groups=[it.group for it in kept],
-                         systems=[it.record.system for it in kept], langs=[it.lang for it in kept],
-                         n_resamples=n_resamples, seed=seed, confidence=confidence)
+    try:
+        stats = rating_stats(x, [it.human for it in kept], columns, groups=[it.group for it in kept],
+                             systems=[it.record.system for it in kept], langs=[it.lang for it in kept],
+                             n_resamples=n_resamples, seed=seed, confidence=confidence)
+    except CapscoreError as e:  # which metric on which dataset: a table runs many (reproduce, correlate)
+        raise CapscoreError(f"{spec.name} on {ds.name}: {e}") from None
     res = _result(ds, spec, encoder, prefix, len(kept), stats, skipped, seed, n_resamples,
                   {"columns": list(columns), "confidence": confidence, **dict(options or {})})
     return replace(res, items=tuple((it.record.id, s, it.human) for it, s in zip(kept, x)))

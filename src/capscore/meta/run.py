@@ -187,7 +187,8 @@ def correlate_file(scores: str, job: CorrelateJob, *, human: str | None = None, 
     if unmatched:
         import dataclasses
 
-        result = dataclasses.replace(result, params={**result.params, "unmatched_rows": unmatched})
+        result = dataclasses.replace(result, params={**result.params, "unmatched_rows": unmatched,
+                                                     "scores_file": str(scores)})
     return result
 
 
@@ -332,8 +333,8 @@ def format_results(results: Sequence, *, significance=None) -> str:
     if skipped:
         lines.append("skipped: " + ", ".join(f"{v} {k}" for k, v in skipped.items()))
     if r0.params.get("unmatched_rows"):
-        lines.append(f"also in {r0.source}: {r0.params['unmatched_rows']} rows whose id has no human judgment "
-                     "(not used)")
+        lines.append(f"also in {r0.params.get('scores_file', r0.source)}: {r0.params['unmatched_rows']} rows whose "
+                     "id has no human judgment (not used)")
     if significance is not None:
         from capscore.meta.significance import format_comparison
 

@@ -682,6 +682,6 @@ def write_report(paths: Sequence[str | Path], out: str | Path, *, title: str = "
     page = render(runs, title=title)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
+    tmp.write_bytes(page.encode("utf-8", errors="replace"))  # a lone surrogate (a file name that is not text): ?
     tmp.replace(out)
     return out, runs

@@ -116,7 +116,7 @@ def iter_jsonl_objects(path: Path, limits: Limits = DEFAULT_LIMITS, *, tolerate_
     A last line without its newline that does not parse is the line a live (or killed) run was
     writing: it is skipped when ``tolerate_cut_last``. Any other bad line is an :class:`InputError`.
     """
-    from capscore.data.jsonl import json_problem
+    from capscore.data.jsonl import json_problem, surrogate_problem
 
     check_regular(path)
     try:
@@ -142,6 +142,8 @@ def iter_jsonl_objects(path: Path, limits: Limits = DEFAULT_LIMITS, *, tolerate_
                 raise InputError(where, what) from None
             if not isinstance(obj, dict):
                 raise InputError(where, "a JSONL line must be an object", got=obj)
+            if (problem := surrogate_problem(line, obj)) is not None:
+                raise InputError(where, problem)
             yield where, obj
 
 

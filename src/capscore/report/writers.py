@@ -32,6 +32,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -215,6 +216,17 @@ class OutputLock:
         self._fd = None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _writable(value):
+    """A cell as UTF-8 can hold it: a string's lone surrogates (an id or file name that was not text, kept
+    in an error row) become U+FFFD; anything else unchanged."""
+    if isinstance(value, str) and _SURROGATE.search(value):
+        return _SURROGATE.sub("\ufffd", value)
+    return value
+
+
 class RowWriter:
     """Append rows to ``path``; ``close()`` finishes the file. Use :func:`open_writer`.
 
@@ -245,10 +257,11 @@ class RowWriter:
             score = row["score"]
             if score is not None and not math.isfinite(score):
                 raise ValueError(f"non-finite score in row {row['id']!r}")  # a bug, never user input
+            cells = {c: _writable(row.get(c)) for c in self.columns}
             if self._csv is not None:
-                self._csv.writerow(["" if row.get(c) is None else row[c] for c in self.columns])
+                self._csv.writerow(["" if v is None else v for v in cells.values()])
             else:
-                self._f.write(json.dumps({c: row.get(c) for c in self.columns}, ensure_ascii=False) + "\n")
+                self._f.write(json.dumps(cells, ensure_ascii=False) + "\n")
         self._flush()
 
     def _flush(self) -> None:
@@ -474,7 +487,9 @@ def write_json(path: Path, obj) -> None:
     """Write ``obj`` as JSON atomically (a temporary file renamed over ``path``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    # a lone surrogate (a path given on the command line that is not UTF-8) is written as its JSON escape,
+    # so the summary reads back to the same string (resume compares paths)
+    tmp.write_bytes((json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8", errors="backslashreplace"))
     os.replace(tmp, path)
 
 

@@ -354,9 +354,10 @@ def spice_jars() -> Path:
     found = corenlp_dir()
     if found is None:
         where = spice_dirs()[0]
+        why = [f"{where / j}: {p}" for j in CORENLP_JARS if (p := jar_problem(where / j)) not in (None, "missing")]
         raise CapscoreError(f"SPICE needs the Stanford CoreNLP 3.6.0 jars ({' and '.join(CORENLP_JARS)}, from "
                             f"stanford-corenlp-full-2015-12-09.zip); put them in {where} "
-                            "(or set CAPSCORE_SPICE_DIR to their folder)")
+                            "(or set CAPSCORE_SPICE_DIR to their folder)" + (f"; found {'; '.join(why)}" if why else ""))
     return found
 
 

@@ -20,11 +20,14 @@ So a metric added to the registry is scored by the same code in every face.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 from capscore.data.records import Record
 from capscore.errors import InputError
 from capscore.scores.metric import EmbeddingBatch, Metric, Values, get_metric
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_record(rec, metric: Metric) -> InputError | None:
@@ -35,11 +38,15 @@ def check_record(rec, metric: Metric) -> InputError | None:
     where = rec.source or f"item {rec.id}"
     if not isinstance(rec.caption, str):
         return InputError(where, "caption is not a string", got=rec.caption)
+    if _SURROGATE.search(rec.caption):
+        return InputError(where, "the caption holds a lone surrogate (half of a UTF-16 pair): not Unicode text")
     if not rec.caption.strip() and not metric.text_only():
         return InputError(where, "empty caption")
     for r in rec.refs:
         if not isinstance(r, str) or not r.strip():
             return InputError(where, "empty or non-string reference", got=r)
+        if _SURROGATE.search(r):
+            return InputError(where, "a reference holds a lone surrogate (half of a UTF-16 pair): not Unicode text")
     if metric.needs_refs and not rec.refs:
         return InputError(where, f"{metric.name} needs references; none given")
     return None

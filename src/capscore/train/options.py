@@ -243,6 +243,10 @@ AMP_MODES = ("auto", "bf16", "fp16", "off")
 # (use accum for larger effective batches); synthetic training scenes are rendered in memory (~25 KB each,
 # two images per example), and every evaluation scene is drawn and scored at each evaluation.
 MAX_BATCH = 65_536
+# accumulated micro-batches run one after another: more than this many examples per optimiser step (4,096
+# times CLIP's 32,768) is an hours-long first step that looks like a hang
+MAX_ACCUM = 65_536
+MAX_EXAMPLES_PER_STEP = 2**27
 MAX_SCENES = 100_000
 MAX_EVAL_SCENES = 10_000
 MAX_SEED = 2**32 - 1  # the data order seeds torch with seed * 1000003 + epoch, which must fit in 64 bits
@@ -263,12 +267,12 @@ class TrainSpec:
 
     recipe: str
     params: RecipeParams = field(metadata={"checked_by_itself": True})  # the recipe's dataclass
-    model: str | None = None
-    data: str | None = None
+    model: str | None = option(None, "a --model spec (a non-empty string) or none", lambda v: bool(v.strip()))
+    data: str | None = option(None, "scenes:N or a JSONL file (a non-empty string) or none", lambda v: bool(v.strip()))
     steps: int | None = option(None, "a positive whole number", positive)
     batch_size: int | None = option(None, f"a whole number in [1, {MAX_BATCH:,}] (use accum for more)",
                                     lambda v: 1 <= v <= MAX_BATCH)
-    accum: int | None = option(None, "a positive whole number", positive)
+    accum: int | None = option(None, f"a whole number in [1, {MAX_ACCUM:,}]", lambda v: 1 <= v <= MAX_ACCUM)
     lr: float | None = option(None, "a positive float", positive)
     warmup: int | None = option(None, "a whole number >= 0", non_negative)
     min_lr_ratio: float | None = option(None, "a float in [0, 1]", probability)
@@ -293,6 +297,10 @@ class TrainSpec:
         if not isinstance(self.params, recipe.params_type):
             raise param_error("params", f"recipe {self.recipe}", f"a {recipe.params_type.__name__}", self.params)
         check_fields(self, f"recipe {self.recipe}")
+        if self.batch_size is not None and self.accum is not None and \
+                self.batch_size * self.accum > MAX_EXAMPLES_PER_STEP:
+            raise param_error("accum", f"recipe {self.recipe}", f"at most {MAX_EXAMPLES_PER_STEP:,} examples per step "
+                              f"with batch_size {self.batch_size:,} (batch_size x accum)", self.accum)
         if self.data is not None and self.data.startswith("scenes:"):
             n = self.data.split(":", 1)[1].strip()
             if not (n.isdecimal() and 1 <= int(n) <= MAX_SCENES):

@@ -212,7 +212,7 @@ def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | 
     defaults; each with ``options`` (TrainSpec fields; ``betas`` and ``languages`` may be text, parsed by their
     type: "0.9,0.98", "de,fr") and ``sets`` (recipe parameters, {KEY: VALUE} or "KEY=VALUE" items, parsed by
     their type) applied over it."""
-    from capscore.errors import param_error, unknown_name
+    from capscore.errors import OptionError, braced, unknown_name
     from capscore.train.options import find_recipe_file, load_recipe_file
     from capscore.train.recipes import get_recipe
 
@@ -220,7 +220,7 @@ def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | 
         pairs = [s.partition("=") for s in sets]
         for s, (_, eq, _) in zip(sets, pairs):
             if not eq:
-                raise param_error("sets", "build_stages", "KEY=VALUE items", s)
+                raise OptionError(f"{{sets:--set}} takes KEY=VALUE items; got {braced(repr(s))}")
         sets = {key.strip(): value.strip() for key, _, value in pairs}
     if config is not None:
         path = find_recipe_file(config)
@@ -234,7 +234,7 @@ def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | 
             stages = [s for s, _ in resolve_stages(stages, out) if s.name == stage]
     else:
         if stage is not None:
-            raise param_error("stage", "build_stages", "None without a config file", stage)
+            raise OptionError(f"{{stage}} {braced(repr(stage))} names a stage of a recipe file: give {{config}} too")
         stages = [Stage("", TrainSpec(recipe, get_recipe(recipe).defaults()))]
     text = {k: v for k, v in (options or {}).items() if k in TEXT_OPTIONS and isinstance(v, str)}
     given = {k: v for k, v in (options or {}).items() if k not in text} | TrainSpec.parse_options(recipe, text)
