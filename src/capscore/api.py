@@ -175,8 +175,8 @@ def _score(images, captions, refs, *, func: str, name, model, metric, prefix, de
     from capscore.data.sources import InMemory
     from capscore.pipeline import ScoreJob, Summary, iter_rows
 
-    if text_only:
-        models = []  # the text-only metrics load no model
+    if all(get_metric(m).backbone_free("image") for m in metrics):
+        models = []  # the text-only metrics, and those with their own models ($CAPSCORE_METRIC_WEIGHTS), load none
     if aggregate and (as_frame or len(models) > 1):
         raise CapscoreError(f"{func}: aggregate=True gives the headline of one model's metrics; for several models "
                             "pass as_frame=True (its attrs['headlines'] holds each one)")
@@ -187,8 +187,11 @@ def _score(images, captions, refs, *, func: str, name, model, metric, prefix, de
                           "caption with its references)", refs)
     items, index = _items(list(images), captions, refs, bad, name)
     # the job checks the metric names (did-you-mean, the medium) before any model is loaded
+    from capscore.embed.factory import Encoding
+
     job = ScoreJob(source=InMemory(tuple(items)), models=tuple(models), metrics=tuple(metrics), prefix=prefix,
-                   skip_bad=skip_bad, chunk_size=max(1, len(items)), progress=False)
+                   skip_bad=skip_bad, chunk_size=max(1, len(items)), progress=False,
+                   encoding=Encoding(device=device, dtype=dtype))  # where metrics with their own models run
     encoders = {}
     for mdl in models if job.encodes else ():
         enc = get_encoder(mdl, device=device, dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,

@@ -58,10 +58,7 @@ import torch
 from capscore.backbones.vlm import Generation, VisionJudge, digit_token_ids, generate, llava_v1_prompt
 from capscore.errors import CapscoreError, unknown_name
 
-FLEUR_CITATION = ("Lee, Park, Kim, Kim, Kang. FLEUR: An Explainable Reference-Free Evaluation Metric for Image "
-                  "Captioning Using a Large Multimodal Model. ACL 2024; code github.com/Yebin46/FLEUR")
-EXPERT_CITATION = ("Kim, Kim, Jeong, Cho, Cho. EXPERT: An Explainable Image Captioning Evaluation Metric with "
-                   "Structured Explanations. Findings of ACL 2025 (arXiv:2506.24016); code github.com/hjkim811/EXPERT")
+from capscore.scores.learned import EXPERT_CITATION, FLEUR_CITATION  # noqa: E402
 
 FLEUR_PROMPT = (
     "Your task is to evaluate and rate the caption on a scale of 0.0 to 1.0 based on the given Grading Criteria. "
