@@ -72,6 +72,22 @@ def weights_files(root: Path) -> list[tuple[str, str, Path, bool, str]]:
     return out
 
 
+def missing(kind: str, root: Path) -> str:
+    """'' when metric ``kind``'s released files are under ``root``, else the one line naming the first absent
+    file and where it is published."""
+    from capscore.scores import deneb, polos
+
+    specs = {"polos": (polos.CHECKPOINT, polos.SIMCSE), "deneb": (deneb.CHECKPOINT, polos.SIMCSE)}.get(kind)
+    if specs is None:
+        folder = root / JUDGE_FOLDERS[kind]
+        return "" if (folder / "config.json").is_file() else \
+            f"{kind}: {folder / 'config.json'} not found (its LLaVA model folder; see docs/learned.md)"
+    for spec in specs:
+        if not any((root / n).exists() for n in spec.names):
+            return f"{kind}: {root / spec.names[0]} not found ({spec.what}; published at {spec.source})"
+    return ""
+
+
 def _deneb_arch(clip_sd: Mapping) -> str | None:
     """DENEB's tower is open_clip's ViT-L-14 (GELU); a tower of another size is inferred from its shapes."""
     w = clip_sd.get("visual.conv1.weight")
@@ -187,4 +203,5 @@ def _register() -> None:  # torch-free: reading the registry's names imports no 
 
 _register()
 
-__all__ = ["JudgeFormula", "LearnedFormula", "OPTIONS", "WEIGHTS_ENV", "loaded", "weights_dir", "weights_files"]
+__all__ = ["JudgeFormula", "LearnedFormula", "OPTIONS", "WEIGHTS_ENV", "loaded", "missing", "weights_dir",
+           "weights_files"]
