@@ -90,6 +90,10 @@ def test_judge_prompts_are_the_scripts_strings():
     assert first_turn(JUDGES["expert"], "a dog") == (
         "<image>\nEvaluate the caption and assign a score on a scale of 0.0 to 1.0.\n\nCaption: a dog\n\n"
         "Score (0.0~1.0):")
+    # the scripts read candidates with ' '.join(caption.split()) (fleur.py, reffleur.py, expert.py)
+    assert "\n\nCaption: a dog runs\n\nScore" in first_turn(JUDGES["fleur"], " a  dog\n runs\t")
+    assert "Candidate Caption: a dog runs\n\n" in first_turn(JUDGES["reffleur"], "a dog\nruns", ["a  puppy"])
+    assert "Reference Captions: a  puppy\n\n" in first_turn(JUDGES["reffleur"], "a dog", ["a  puppy"])
     why = JUDGES["expert"].why.format(candidate="a dog")
     assert why.endswith("Output Format:\nFluency: {Provide explanation here.}\nRelevance: {Provide explanation here.}"
                         "\nDescriptiveness: {Provide explanation here.}") and "\n\nCaption: a dog\n\n" in why

@@ -769,8 +769,9 @@ def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | 
                           "their Java tools; score them without {engine} ray")
     own = [n for n in job.metrics if get_metric(n).own_models]
     if own and executor is not None and not isinstance(executor, LocalExecutor):
-        raise OptionError(f"{', '.join(own)} load their own models in this process (--metric-weights); score "
-                          "them without {engine} ray")
+        raise OptionError(f"{', '.join(own)} " + ("loads its" if len(own) == 1 else "load their") + " own models "
+                          "in this process (--metric-weights); score " + ("it" if len(own) == 1 else "them")
+                          + " without {engine} ray")
     corpus = [n for n in job.metrics if "corpus" in get_metric(n).needs(job.medium)]
     if corpus and isinstance(output, ShardFolder):
         raise OptionError(f"{corpus[0]} scores the whole evaluated set at once (CIDEr's IDF), but a folder output "

@@ -182,6 +182,9 @@ def parse_expert_explanation(text: str) -> dict | None:
 
 # ------------------------------------------------------------------------------------ running a judge
 def first_turn(spec: JudgeSpec, candidate: str, refs: Sequence[str] = ()) -> str:
+    """The first user turn. The candidate's whitespace is collapsed as the scripts read their annotation
+    files (``' '.join(caption.split())``); the references are joined as given."""
+    candidate = " ".join(candidate.split())
     text = spec.prompt.format(candidate=candidate, references=spec.reference_join.join(refs))
     return "<image>\n" + text  # mm_use_im_start_end is False for LLaVA-1.5
 
@@ -224,7 +227,8 @@ def explain_verdicts(vlm: VisionJudge, spec: JudgeSpec, out: list[Verdict], firs
     todo = [i for i, v in enumerate(out) if not math.isnan(v.score)]
     if not todo:
         return
-    prompts = [llava_v1_prompt([(firsts[i], f"{out[i].score}</s>"), (spec.why.format(candidate=captions[i]), None)])
+    prompts = [llava_v1_prompt([(firsts[i], f"{out[i].score}</s>"),
+                                (spec.why.format(candidate=" ".join(captions[i].split())), None)])
                for i in todo]
     for i, g in zip(todo, generate(vlm, prompts, [pil[i] for i in todo], **gen)):
         out[i].explanation = parse_expert_explanation(g.text) if spec.structured else g.text
