@@ -244,3 +244,20 @@ def test_a_plugin_metric_scores_through_the_cli_and_the_api(data, tmp_path):
     assert warned and all(line == warned[0] for line in warned)  # the same single line wherever it is shown
     assert warned[0] == ("capscore: warning: metric plug-in 'broken' (no_such_module_xyz:METRIC, package broken_plug) "
                          "was not loaded: ModuleNotFoundError: No module named 'no_such_module_xyz'")
+
+
+def test_each_checkpoint_is_loaded_once_per_run(wdir, data, tmp_path, monkeypatch):
+    """Two systems, chunks of one item, and correlate's metrics: one load of each metric's files."""
+    from capscore.cli import main
+    from capscore.scores import learned
+
+    loads = []
+    real = learned._load
+    monkeypatch.setattr(learned, "_LOADED", {})
+    monkeypatch.setattr(learned, "_load", lambda kind, *a: loads.append(kind) or real(kind, *a))
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({k: "a photo" for k in CAPS}))
+    assert main(["-q", "score", "--metric", "polos", "deneb", "--metric-weights", str(wdir), "--images",
+                 str(data / "img"), "--captions", str(data / "caps.json"), str(other), "--refs",
+                 str(data / "refs.json"), "--chunk-size", "1", "--out", str(tmp_path / "o.jsonl")]) == 0
+    assert len(_rows(tmp_path / "o.jsonl", "polos")) == 6 and sorted(loads) == ["deneb", "polos"]
