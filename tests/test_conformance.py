@@ -153,8 +153,17 @@ def test_metric_contract(name):
         assert torch.allclose(s, m.w * cos.clamp(min=0))
 
 
-@pytest.mark.parametrize("name", [metric_case(n) for n in metric_names("image")])
-def test_every_image_metric_through_score_batch(name, images, tiny_backbone):
+@pytest.fixture(scope="module")
+def metric_weights(tmp_path_factory):
+    """Polos and DENEB checkpoints in the released layouts (random tensors), for the metrics with own models."""
+    from learned_weights import weights_dir
+
+    return weights_dir(tmp_path_factory.mktemp("metric-weights"), polos=True, deneb=True)
+
+
+@pytest.mark.parametrize("name", [metric_case(n) for n in metric_names("image")
+                                  if n not in ("fleur", "reffleur", "expert")])  # tests/test_learned_faces.py
+def test_every_image_metric_through_score_batch(name, images, tiny_backbone, metric_weights, monkeypatch):
     """The tensor-level core (score_batch), capscore.score and, for a reference-free metric, its pair
     scorer (what the probes call) give the same numbers and columns for every registered image metric."""
     import capscore
@@ -163,6 +172,7 @@ def test_every_image_metric_through_score_batch(name, images, tiny_backbone):
 
     if missing_tools(name):  # the classic metrics: pycocoevalcap, Java, CoreNLP (SPICE)
         pytest.skip(missing_tools(name))
+    monkeypatch.setenv("CAPSCORE_METRIC_WEIGHTS", str(metric_weights))  # polos, deneb: the documented default
     caps = ["a red cube left of a blue circle", "a dog", "two green cubes"]
     refs = [["a red cube", "a blue circle"], ["a dog on grass"], ["green cubes", "two cubes"]]
     enc = Encoder(tiny_backbone)

@@ -198,7 +198,7 @@ def test_the_signature_check_fails_when_either_side_changes_alone():
 
     def score(images, captions, refs=None, *, model="ViT-B-32/openai", metric="clip-s", prefix=None, device="cpu",
               dtype="fp32", cache=None, batch_size=64, seed=0, context_length=None, skip_bad=False, as_frame=False,
-              aggregate=False):
+              aggregate=False, metric_weights=None):
         """capscore.score with another default metric."""
 
     assert compare_signature(_documented_signature(text, "capscore.score"), score) == [

@@ -12,46 +12,15 @@ from PIL import Image
 
 from capscore.errors import CapscoreError
 
-SYSTEM = ("A chat between a curious human and an artificial intelligence assistant. The assistant gives helpful, "
-          "detailed, and polite answers to the human's questions.")
-CORPUS = [SYSTEM, "USER: ASSISTANT: Your task is to evaluate and rate the caption candidate on a scale of 0.0 to 1.0",
-          "based on the given Grading Criteria. (Print Real Number Score ONLY) Reference Captions Candidate Caption:",
-          "The caption does not describe the image at all. accurately and clearly describes the image.",
-          "Score(Choose a rating from 0.0 to 1.0): Why? Tell me the reason. a dog runs two cats sleep",
-          "Evaluate the caption and assign a score Score (0.0~1.0): Provide a brief explanation",
-          "Fluency: good\nRelevance: ok\nDescriptiveness: fine", "0 1 2 3 4 5 6 7 8 9 . abc"]
+from learned_weights import LLAVA_SYSTEM as SYSTEM
 
 
 @pytest.fixture(scope="module")
 def llava_dir(tmp_path_factory):
     """A tiny LLaVA folder in the transformers layout: config + safetensors + tokenizer + image processor."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration, PreTrainedTokenizerFast)
+    from learned_weights import llava_folder
 
-    folder = tmp_path_factory.mktemp("llava-tiny")
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    tok.decoder = decoders.ByteLevel()
-    special = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
-    tok.train_from_iterator(CORPUS * 3, trainers.BpeTrainer(vocab_size=300, special_tokens=special,
-                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>", additional_special_tokens=["<image>"])
-    fast.save_pretrained(str(folder))
-    text = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=512,
-                       bos_token_id=1, eos_token_id=2, pad_token_id=3)
-    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                              image_size=28, patch_size=14)
-    cfg = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tok.token_to_id("<image>"),
-                      vision_feature_layer=-2, vision_feature_select_strategy="default")
-    torch.manual_seed(0)
-    LlavaForConditionalGeneration(cfg).save_pretrained(str(folder))
-    CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28}).save_pretrained(str(folder))
-    return folder
+    return llava_folder(tmp_path_factory.mktemp("llava-tiny"))
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +90,10 @@ def test_judge_prompts_are_the_scripts_strings():
     assert first_turn(JUDGES["expert"], "a dog") == (
         "<image>\nEvaluate the caption and assign a score on a scale of 0.0 to 1.0.\n\nCaption: a dog\n\n"
         "Score (0.0~1.0):")
+    # the scripts read candidates with ' '.join(caption.split()) (fleur.py, reffleur.py, expert.py)
+    assert "\n\nCaption: a dog runs\n\nScore" in first_turn(JUDGES["fleur"], " a  dog\n runs\t")
+    assert "Candidate Caption: a dog runs\n\n" in first_turn(JUDGES["reffleur"], "a dog\nruns", ["a  puppy"])
+    assert "Reference Captions: a  puppy\n\n" in first_turn(JUDGES["reffleur"], "a dog", ["a  puppy"])
     why = JUDGES["expert"].why.format(candidate="a dog")
     assert why.endswith("Output Format:\nFluency: {Provide explanation here.}\nRelevance: {Provide explanation here.}"
                         "\nDescriptiveness: {Provide explanation here.}") and "\n\nCaption: a dog\n\n" in why

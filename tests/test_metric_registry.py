@@ -33,7 +33,25 @@ def metric_case(name: str, *values):
     return pytest.param(name, *values, marks=[pytest.mark.slow] if name in NEEDS_JAVA else [])
 
 
-CASES = [metric_case(name, medium) for name in metric_names() for medium in get_metric(name).media]
+#: The judges (fleur, reffleur, expert): a random-weight LLaVA writes no readable score, so every row is an
+#: error row; tests/test_learned_faces.py checks their rows through the CLI against ``judge`` instead.
+JUDGES = ("fleur", "reffleur", "expert")
+CASES = [metric_case(name, medium) for name in metric_names() if name not in JUDGES
+         for medium in get_metric(name).media]
+
+
+@pytest.fixture(scope="module")
+def metric_weights(tmp_path_factory):
+    """Polos and DENEB checkpoints in the released layouts (random tensors), for the metrics with own models."""
+    from learned_weights import weights_dir
+
+    return weights_dir(tmp_path_factory.mktemp("metric-weights"), polos=True, deneb=True)
+
+
+@pytest.fixture
+def own_models(request, metric_weights, monkeypatch):
+    """$CAPSCORE_METRIC_WEIGHTS for every face of the case (the documented default folder)."""
+    monkeypatch.setenv("CAPSCORE_METRIC_WEIGHTS", str(metric_weights))
 
 
 @pytest.fixture
@@ -78,7 +96,7 @@ def _records(tmp_path, caps, medium):
 
 
 @pytest.mark.parametrize("name,medium", CASES)
-def test_every_metric_gives_the_same_rows_in_every_face(name, medium, inputs, tiny_backbone):
+def test_every_metric_gives_the_same_rows_in_every_face(name, medium, inputs, tiny_backbone, own_models):
     from capscore.meta.reproduce import missing_tools
 
     if missing_tools(name):  # the classic metrics: pycocoevalcap, Java, CoreNLP (SPICE)
@@ -87,7 +105,8 @@ def test_every_metric_gives_the_same_rows_in_every_face(name, medium, inputs, ti
     cli = _cli_rows(tmp_path, medium, [name])
     assert [r["id"] for r in cli] == ["c0", "c1", "c2"] and all(r["error"] is None for r in cli)
     text_only = get_metric(name).text_only(medium)  # the classic metrics: no model is loaded or recorded
-    assert {r["metric"] for r in cli} == {name} and {r["model"] for r in cli} == {None if text_only else MODEL}
+    no_model = get_metric(name).backbone_free(medium)  # ... nor for those with their own models (polos, deneb)
+    assert {r["metric"] for r in cli} == {name} and {r["model"] for r in cli} == {None if no_model else MODEL}
     lo, hi = get_metric(name).range  # the declared range (of the image formula)
     assert medium == "video" or all(lo - 1e-6 <= r["score"] <= hi + 1e-6 for r in cli)
     # the pipeline called directly on the same records (its own encoder): the same rows
@@ -164,7 +183,7 @@ def test_registry_rows_declare_what_a_face_needs():
         m = get_metric(name)
         assert m.media and m.citation and m.range[0] < m.range[1]
         for medium in m.media:
-            assert m.needs(medium) <= {"global", "tokens", "patches", "frames", "refs", "parse", "corpus"}
+            assert m.needs(medium) <= {"global", "tokens", "patches", "frames", "refs", "parse", "corpus", "weights"}
             assert ("refs" in m.needs(medium)) == m.needs_refs
     from capscore.errors import CapscoreError
 

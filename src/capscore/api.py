@@ -112,6 +112,7 @@ def score(
     skip_bad: bool = False,
     as_frame: bool = False,
     aggregate: bool = False,
+    metric_weights: str | None = None,
 ):
     """Score captions against images; the numbers ``capscore score`` writes for the same inputs.
 
@@ -140,17 +141,20 @@ def score(
         papers report — corpus BLEU-n, METEOR's aggregate (the jar's), the mean for ROUGE-L, CIDEr-D, SPICE
         and every other metric. A float for one metric (``metric="bleu4"``), a ``{metric: value}`` dict for a
         list of metrics; one model. The per-caption values are sentence-level (docs/classic.md).
+    metric_weights : the folder of the released files of the metrics with their own models (polos, deneb,
+        fleur, reffleur, expert: docs/learned.md); default ``$CAPSCORE_METRIC_WEIGHTS`` or
+        ``~/.cache/capscore/metric-weights``. Those metrics load no ``model`` (their rows' ``model`` is None).
 
     Returns ``list[float | None]`` (one per caption, in order), a DataFrame, or the headline(s).
     """
     return _score(images, captions, refs, func="capscore.score", name=validate.item_name, model=model,
                   metric=metric, prefix=prefix, device=device, dtype=dtype, cache=cache, batch_size=batch_size,
                   seed=seed, context_length=context_length, skip_bad=skip_bad, as_frame=as_frame,
-                  aggregate=aggregate)
+                  aggregate=aggregate, metric_weights=metric_weights)
 
 
 def _score(images, captions, refs, *, func: str, name, model, metric, prefix, device, dtype, cache, batch_size, seed,
-           context_length, skip_bad, as_frame, aggregate=False):
+           context_length, skip_bad, as_frame, aggregate=False, metric_weights=None):
     from capscore.pipeline import default_metric
     from capscore.scores.metric import get_metric
 
@@ -175,8 +179,8 @@ def _score(images, captions, refs, *, func: str, name, model, metric, prefix, de
     from capscore.data.sources import InMemory
     from capscore.pipeline import ScoreJob, Summary, iter_rows
 
-    if text_only:
-        models = []  # the text-only metrics load no model
+    if all(get_metric(m).backbone_free("image") for m in metrics):
+        models = []  # the text-only metrics, and those with their own models ($CAPSCORE_METRIC_WEIGHTS), load none
     if aggregate and (as_frame or len(models) > 1):
         raise CapscoreError(f"{func}: aggregate=True gives the headline of one model's metrics; for several models "
                             "pass as_frame=True (its attrs['headlines'] holds each one)")
@@ -187,8 +191,12 @@ def _score(images, captions, refs, *, func: str, name, model, metric, prefix, de
                           "caption with its references)", refs)
     items, index = _items(list(images), captions, refs, bad, name)
     # the job checks the metric names (did-you-mean, the medium) before any model is loaded
+    from capscore.embed.factory import Encoding
+
     job = ScoreJob(source=InMemory(tuple(items)), models=tuple(models), metrics=tuple(metrics), prefix=prefix,
-                   skip_bad=skip_bad, chunk_size=max(1, len(items)), progress=False)
+                   skip_bad=skip_bad, chunk_size=max(1, len(items)), progress=False,
+                   encoding=Encoding(device=device, dtype=dtype),  # where metrics with their own models run
+                   options={"metric_weights": metric_weights} if metric_weights is not None else {})
     encoders = {}
     for mdl in models if job.encodes else ():
         enc = get_encoder(mdl, device=device, dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
@@ -231,7 +239,8 @@ _ROW_KEYS = frozenset({"id", "image", "caption", "system", "model", "metric", "s
 
 def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = None, *, model=DEFAULT_MODEL,
                 metric=None, prefix: str | None = None, device: str = "cpu", dtype: str = "fp32", cache=None,
-                batch_size: int = 64, seed: int = 0, context_length: int | None = None, skip_bad: bool = False):
+                batch_size: int = 64, seed: int = 0, context_length: int | None = None, skip_bad: bool = False,
+                metric_weights: str | None = None):
     """``df`` with score columns added (a copy), one row per row of ``df``.
 
     One model and one metric add ``score`` (and ``image_score``, ``ref_score``
@@ -253,7 +262,7 @@ def score_frame(df, image_col: str, caption_col: str, refs_col: str | None = Non
     refs = None if refs_col is None else list(df[refs_col])
     long = _score(list(df[image_col]), list(df[caption_col]), refs, func=func, name=name, model=model, metric=metric,
                   prefix=prefix, device=device, dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
-                  context_length=context_length, skip_bad=skip_bad, as_frame=True)
+                  context_length=context_length, skip_bad=skip_bad, as_frame=True, metric_weights=metric_weights)
     out = df.copy()
     out.attrs["headlines"] = long.attrs["headlines"]
     pairs = list(dict.fromkeys(zip(long["model"], long["metric"])))

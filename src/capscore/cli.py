@@ -12,7 +12,7 @@ import sys
 
 COMMANDS: dict[str, str] = {
     "demo": "run the offline demo on synthetic scenes with the bundled scenes-tiny model",
-    "score": "score captions against images (CLIP-S, RefCLIP-S, PAC-S, RefPAC-S, MCS, ABE)",
+    "score": "score captions against images (CLIP-S, RefCLIP-S, PAC-S, RefPAC-S, MCS, ABE, Polos, DENEB, FLEUR, ...)",
     "probe": "probe a backbone: perturbations, LGIP, specificity, compositional suites",
     "explain": "save a token-patch similarity heat map for one (image, caption, word)",
     "correlate": "meta-evaluate metrics against human judgments",

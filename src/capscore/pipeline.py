@@ -84,7 +84,7 @@ from capscore.errors import CapscoreError, InputError, OptionError, braced
 from capscore.report.writers import write_json
 from capscore.scores.functional import compute_values
 from capscore.scores.metric import DEFAULT_MODEL as DEFAULT_MODEL  # the default --model of every face
-from capscore.scores.metric import Metric, get_metric
+from capscore.scores.metric import Metric, get_metric, registry
 
 IMAGE_COLUMNS = ("id", "image", "caption", "system", "model", "metric", "score", "error")
 VIDEO_BASE = ("id", "video", "caption", "system", "model", "metric", "score")
@@ -185,7 +185,7 @@ class ScoreJob:
     @property
     def encodes(self) -> bool:
         """Whether a metric of the job needs a backbone (else its models are not loaded)."""
-        return not all(get_metric(n).text_only(self.medium) for n in self.metrics)
+        return not all(get_metric(n).backbone_free(self.medium) for n in self.metrics)
 
     def __post_init__(self) -> None:
         if not self.metrics:
@@ -202,10 +202,10 @@ class ScoreJob:
         if not self.models and self.encodes:
             raise CapscoreError("The 'models' parameter must name at least one model for the metrics that encode "
                                 "images; got none instead.")
-        unknown = set(self.options) - {"abe", "sampling", "idf", "tokenizer", "classic_backend"}
+        unknown = set(self.options) - {"abe", "sampling", "idf", "tokenizer", "classic_backend", *LEARNED_OPTIONS}
         if unknown:
             raise CapscoreError(f"unknown scoring option {sorted(unknown)[0]!r}; options are abe, sampling, idf, "
-                                "tokenizer, classic_backend")
+                                "tokenizer, classic_backend, metric_weights, explain")
         if self.medium == "video":
             _sampling(self)  # a bad frame sampling fails before any model loads
         elif self.options.get("sampling") or self.options.get("idf"):
@@ -221,6 +221,10 @@ class ScoreJob:
             raise OptionError(f"{{out}} {braced(self.output.path)} is a folder of one file per input shard, which "
                               "needs sharded input (WebDataset, Parquet or a Hugging Face dataset); name a file such "
                               "as results.jsonl")
+
+
+#: The options of the metrics that bring their own models (:mod:`capscore.scores.learned`).
+LEARNED_OPTIONS = ("metric_weights", "explain")
 
 
 def default_metric(*, has_refs: bool, medium: str = "image", models: Sequence = ()) -> str:
@@ -276,10 +280,14 @@ def score_records(records: Sequence, encoder, metric: "str | Metric", *, medium:
             score = None
         row = _base_row(rec, medium)
         row["score"] = score
+        reached = i not in (errors or {})  # the formula ran on it: its columns are kept (a judge's answer)
         for c, column in values.parts.items():
-            v = None if score is None else column[i]
+            if c == "error":
+                continue
+            v = column[i] if score is not None or reached else None
             row[c] = None if isinstance(v, float) and not math.isfinite(v) else v
-        row["error"] = None if score is not None else (errors or {}).get(i, "could not be scored")
+        reason = values.parts.get("error", [None] * len(records))[i]
+        row["error"] = None if score is not None else (errors or {}).get(i) or reason or "could not be scored"
         rows.append(row)
     return rows
 
@@ -416,6 +424,12 @@ class RunConfig:
             cfg = make_config(**dict(job.options.get("abe") or {}))
             options["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
                               "pool": str(Path(cfg.pool).expanduser().resolve()) if cfg.pool else "bundled"}
+        if any(get_metric(n).own_models for n in metrics):  # the released files decide their numbers
+            from capscore.scores.learned import weights_dir
+
+            options["metric_weights"] = str(weights_dir(job.options.get("metric_weights")).resolve())
+            if job.options.get("explain"):
+                options["explain"] = True
         text = [get_metric(n) for n in metrics if get_metric(n).text_only(job.medium)]
         if text:  # the classic metrics: what tokenises and scores them decides their numbers
             options.update(tokenizer=job.options.get("tokenizer", "ptb"),
@@ -578,7 +592,7 @@ class _Runner:
         self.job = job
         self.encoders = dict(encoders)
         self.metrics = {n: get_metric(n) for n in job.metrics}
-        self.text = [n for n, m in self.metrics.items() if m.text_only(job.medium)]
+        self.text = [n for n, m in self.metrics.items() if m.backbone_free(job.medium)]  # scored once, no model
         self.config = RunConfig.of(job, self.encoders)
         self.plan = Plan(job.medium, tuple(self.metrics), {n: self.config.prefix(n) for n in self.metrics},
                          {n: self._options(n) for n in self.metrics}, job.skip_bad,
@@ -595,6 +609,11 @@ class _Runner:
             opts["sampling"] = _sampling(self.job)
         if name != "abe":
             opts.pop("abe", None)
+        if self.metrics[name].own_models:  # where their own models run
+            opts.update(device=self.job.encoding.device, dtype=self.job.encoding.dtype)
+        else:
+            for k in LEARNED_OPTIONS:
+                opts.pop(k, None)
         return opts
 
     @property
@@ -748,6 +767,11 @@ def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | 
     if text and executor is not None and not isinstance(executor, LocalExecutor):
         raise OptionError(f"the text-only metrics ({', '.join(text)}) run in this process, with one session of "
                           "their Java tools; score them without {engine} ray")
+    own = [n for n in job.metrics if get_metric(n).own_models]
+    if own and executor is not None and not isinstance(executor, LocalExecutor):
+        raise OptionError(f"{', '.join(own)} " + ("loads its" if len(own) == 1 else "load their") + " own models "
+                          "in this process (--metric-weights); score " + ("it" if len(own) == 1 else "them")
+                          + " without {engine} ray")
     corpus = [n for n in job.metrics if "corpus" in get_metric(n).needs(job.medium)]
     if corpus and isinstance(output, ShardFolder):
         raise OptionError(f"{corpus[0]} scores the whole evaluated set at once (CIDEr's IDF), but a folder output "
@@ -1090,6 +1114,12 @@ def _drop_running_summary(spath: Path) -> None:
 
 
 TEXT_ONLY = "(text only)"  # what the printout and the report show in place of the model of a text-only metric
+OWN_MODELS = "(own models)"  # ... and of a metric that brings its own models (Polos, DENEB, the judges)
+
+
+def _no_model(metric: str) -> str:
+    row = registry().get(metric)
+    return OWN_MODELS if row is not None and row.own_models else TEXT_ONLY
 
 
 def _number(x) -> str:
@@ -1116,9 +1146,9 @@ def format_summary(result: dict, output: FileOutput | ShardFolder, *, quiet: boo
         else:
             numbers = (f"headline {own['name']} {_number(own['value'])}, mean "
                        f"{own.get('per_caption') or 'per-caption score'} {_number(r['mean'])}")
-        who = TEXT_ONLY if r["model"] is None else f"with {r['model']}"
+        who = _no_model(r["metric"]) if r["model"] is None else f"with {r['model']}"
         lines.append(f"{r['metric']} {who}: {r['count']} scored, {r['skipped']} skipped, {numbers}")
-        cols = {"model": r["model"] or TEXT_ONLY, "metric": r["metric"]} if several else {}
+        cols = {"model": r["model"] or _no_model(r["metric"]), "metric": r["metric"]} if several else {}
         heads = own["systems"] if own else {}
         if len(r["systems"]) > 1 or any(r["systems"]):
             table += [{**cols, "system": name, **({"headline": heads.get(name)} if headlines else {}), "mean": m,

@@ -33,6 +33,9 @@ def configure(p) -> None:
     p.add_argument("--classic-backend", choices=("native", "pycocoevalcap"), default="native",
                    help="classic metrics: BLEU, ROUGE-L and CIDEr-D computed natively on the PTB tokens (default; "
                         "equal to pycocoevalcap's to 1e-12) or by pycocoevalcap's own code; recorded in the results")
+    p.add_argument("--metric-weights", metavar="DIR", default=None,
+                   help="polos, deneb, fleur, reffleur, expert: folder of their released checkpoints (default "
+                        "$CAPSCORE_METRIC_WEIGHTS or ~/.cache/capscore/metric-weights; see docs/learned.md)")
     p.add_argument("--alpha", type=significance_level, default=0.05,
                    help="significance level of the cluster of metrics not different from the best (default 0.05)")
     p.add_argument("--prefix", default=None, metavar="TEXT", help="caption prefix (default: the metric's own)")

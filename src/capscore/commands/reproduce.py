@@ -15,6 +15,9 @@ def configure(p) -> None:
                                                       "or ~/.cache/capscore/data; see docs/meta.md)")
     p.add_argument("--weights-root", metavar="DIR", help="weights files (default $CAPSCORE_WEIGHTS or "
                                                          "~/.cache/capscore/weights; see docs/meta.md)")
+    p.add_argument("--metric-weights", metavar="DIR",
+                   help="released files of polos, deneb, fleur, reffleur, expert (default $CAPSCORE_METRIC_WEIGHTS "
+                        "or ~/.cache/capscore/metric-weights; see docs/learned.md)")
     add_device(p)
     p.add_argument("--batch-size", type=positive_int, default=64, metavar="N", help="encoder batch size (default 64)")
     p.add_argument("--seed", type=seed, default=0, help="seed (Pascal-50S ties and reference draws; default 0)")
@@ -32,7 +35,7 @@ def run(args) -> int:
         raise CapscoreError("give a TABLE (see `capscore reproduce --list`)")
     data_root, weights_root = default_root("data", args.data_root), default_root("weights", args.weights_root)
     results = run_table(read_table(args.table), data_root=data_root, weights_root=weights_root, device=args.device,
-                        batch_size=args.batch_size, seed=args.seed)
+                        batch_size=args.batch_size, seed=args.seed, metric_weights=args.metric_weights)
     print(f"{args.table}: data {data_root}, weights {weights_root}")
     print(format_results(results))
     if args.out:

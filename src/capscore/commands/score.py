@@ -51,6 +51,13 @@ def configure(p) -> None:
                               "pycocoevalcap's to 1e-12) or by pycocoevalcap's own code")
     classic.add_argument("--tokenizer", choices=("ptb", "simple"), default="ptb",
                          help="ptb = COCO's PTB tokenizer (needs Java; default), simple = a Java-free approximation")
+    learned = p.add_argument_group("metrics with their own models (polos, deneb, fleur, reffleur, expert; see "
+                                   "docs/learned.md)")
+    learned.add_argument("--metric-weights", metavar="DIR", default=None,
+                         help="folder of the released checkpoints (default $CAPSCORE_METRIC_WEIGHTS or "
+                              "~/.cache/capscore/metric-weights; `capscore doctor` lists what it holds)")
+    learned.add_argument("--explain", action="store_true",
+                         help="fleur, reffleur, expert: also ask the judge why, kept in the rows' explanation")
     p.add_argument("--prefix", default=None, metavar="TEXT",
                    help="text prepended to captions and references; default: the metric's own "
                         "('A photo depicts ' for the CLIP-S/PAC-S family on images, '' otherwise)")
@@ -114,16 +121,26 @@ def job_from_args(args):
         metrics = (name,)
     _check_refs(metrics, source)
     models = tuple(args.model)
-    if all(get_metric(m).text_only() for m in metrics):
+    if all(get_metric(m).backbone_free() for m in metrics):
         if getattr(args, "_model_given", False):
             from capscore._log import warn
 
-            warn(f"--model {' '.join(args.model)} is not loaded: {', '.join(metrics)} read text only")
+            why = "read text only" if all(get_metric(m).text_only() for m in metrics) else \
+                "need no --model (their models come from --metric-weights)"
+            warn(f"--model {' '.join(args.model)} is not loaded: {', '.join(metrics)} {why}")
         models = ()
     abe = abe_options(args)
     options = {"abe": abe} if abe else {}
     if any(get_metric(m).text_only() for m in metrics):
         options.update(tokenizer=args.tokenizer, classic_backend=args.classic_backend)
+    if any(get_metric(m).own_models for m in metrics):
+        if args.metric_weights:
+            options["metric_weights"] = args.metric_weights
+        if args.explain:
+            options["explain"] = True
+    elif args.metric_weights or args.explain:
+        raise CapscoreError("--metric-weights and --explain apply to the metrics with their own models "
+                            "(polos, deneb, fleur, reffleur, expert)")
     if args.frames:
         options["sampling"] = args.frames
     if args.idf:
@@ -137,9 +154,10 @@ def job_from_args(args):
 
 
 def _check_refs(metrics, source) -> None:
-    """A text-only metric (BLEU, ..., all reference-based) over inputs that carry no reference at all: one line
+    """A text-only metric (BLEU, ..., all reference-based) or a reference-based one with its own models (polos,
+    deneb, reffleur) over inputs that carry no reference at all: one line
     naming --refs, before anything is scored (the metrics that encode give each item's error row instead)."""
-    need = [m for m in metrics if get_metric(m).needs_refs and get_metric(m).text_only()]
+    need = [m for m in metrics if get_metric(m).needs_refs and get_metric(m).backbone_free()]
     if need and not source.has_refs():
         how = ("--refs-column NAME (the references of each sample)" if hasattr(source, "shards") else
                "--refs FILE (JSON {image_id: [refs]}, COCO annotations such as captions_val2014.json, or JSONL/CSV "

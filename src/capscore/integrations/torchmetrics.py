@@ -70,7 +70,7 @@ class CaptionScore(Metric):
     def __init__(self, model=DEFAULT_MODEL, metric: str = "clip-s", *, prefix: str | None = None,
                  backbone_device: str | None = None, dtype: str = "fp32", cache=None, batch_size: int = 64,
                  seed: int = 0, context_length: int | None = None, tokenizer: str = "ptb",
-                 classic_backend: str = "native", **kwargs):
+                 classic_backend: str = "native", metric_weights: str | None = None, **kwargs):
         super().__init__(**kwargs)
         from capscore import validate
         from capscore.scores.metric import get_metric
@@ -93,6 +93,7 @@ class CaptionScore(Metric):
         self._options = dict(dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
                              context_length=context_length)
         self._backbone_device = backbone_device
+        self._own = dict(metric_weights=metric_weights, dtype=dtype) if row.own_models else None  # Polos, ...
         self._encoder = None
         self._warned_refs = False
         self.add_state("score_sum", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
@@ -127,7 +128,12 @@ class CaptionScore(Metric):
             self._warned_refs = True
             warn(f"metric {self._metric.name} ignores the references given; a reference-based metric uses them "
                  "(refclip-s, refpac-s)")
-        values = batch_values(self.encoder, self._metric, list(images), captions, refs, prefix=self.prefix).scores
+        if self._own is not None:  # a metric with its own models: no backbone, its models on the device
+            own = {**self._own, "device": self._backbone_device or str(self.device)}
+            values = batch_values(None, self._metric, list(images), captions, refs, prefix=self.prefix,
+                                  options=own).scores
+        else:
+            values = batch_values(self.encoder, self._metric, list(images), captions, refs, prefix=self.prefix).scores
         if not all(math.isfinite(v) for v in values):  # a formula gave NaN (no item error reaches here)
             raise CapscoreError("CaptionScore: an item could not be scored")
         self.score_sum += torch.tensor(sum(values), dtype=torch.float64, device=self.score_sum.device)

@@ -1,7 +1,8 @@
 """What is present and what is missing for the papers' protocols — offline, touches nothing.
 
 Datasets in their published layouts under the data root, the weights files the reproduction tables name
-under the weights root, Java (PTB tokenizer, METEOR, SPICE), pycocoevalcap, the CoreNLP jars SPICE needs,
+under the weights root, the released files of the metrics with their own models (Polos, DENEB, the
+judges) under the metric-weights folder, Java (PTB tokenizer, METEOR, SPICE), pycocoevalcap, the CoreNLP jars SPICE needs,
 and the GPU.
 """
 from __future__ import annotations
@@ -10,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 
-def checks(data_root: Path, weights_root: Path) -> list[tuple[str, str, bool, str]]:
-    """(group, item, present, detail) for every check."""
+def checks(data_root: Path, weights_root: Path, metric_weights: Path | None = None) -> list[tuple[str, str, bool, str]]:
+    """(group, item, present, detail) for every check; ``metric_weights``: the folder of the metrics with
+    their own models (:func:`capscore.scores.learned.weights_files`), default the documented one."""
     from capscore.meta.reproduce import (DATA_LAYOUT, data_files, missing_data, missing_weights, read_table,
                                          table_names, weights_file)
     from capscore.scores import classic
@@ -30,6 +32,10 @@ def checks(data_root: Path, weights_root: Path) -> list[tuple[str, str, bool, st
     for wf, name in seen.items():
         why = missing_weights(Path(wf))
         out.append(("weights", name, not why, wf if not why or why.startswith("weights not found") else why))
+    from capscore.scores.learned import weights_dir, weights_files
+
+    for metric, what, path, ok, source in weights_files(weights_dir(metric_weights)):
+        out.append(("metric weights", f"{metric}: {what}", ok, str(path) if ok else f"{path} (published at {source})"))
     java = classic.java()
     version = ""
     if java:

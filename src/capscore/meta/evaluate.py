@@ -81,8 +81,9 @@ class CorrelationResult:
 # ------------------------------------------------------------------------------------ scoring
 def text_only(metric: Metric, medium: str = "image") -> bool:
     """A metric that reads only the text (the classic reference metrics): it needs no backbone
-    (:meth:`Metric.text_only`)."""
-    return metric.text_only(medium)
+    (:meth:`Metric.text_only`), or brings its own models (Polos, DENEB, the judges: :meth:`Metric.backbone_free`).
+    Either takes ``encoder=None``."""
+    return metric.backbone_free(medium)
 
 
 def dataset_texts(ds: RatingSet | PairSet) -> Iterable[str]:

@@ -58,16 +58,6 @@ DATA_LAYOUT: dict[str, tuple[str, str, str | None]] = {
 #: Metrics of published rows that capscore's ``correlate`` path does not run (yet): metric -> what it needs.
 #: The rows are listed and compared with nothing until the metric is registered; then they run.
 NOT_REGISTERED = {
-    "polos": "Polos runs through capscore.scores.polos; it is not a registered metric of the correlate path yet "
-             "(weights: polos/reprod.ckpt and sup-simcse-roberta-base/ under the weights root)",
-    "deneb": "DENEB runs through capscore.scores.deneb; it is not a registered metric of the correlate path yet "
-             "(weights: deneb/deneb.ckpt and sup-simcse-roberta-base/ under the weights root)",
-    "fleur": "FLEUR runs through capscore.scores.judge; it is not a registered metric of the correlate path yet "
-             "(weights: llava-1.5-13b-hf/ under the weights root)",
-    "reffleur": "RefFLEUR runs through capscore.scores.judge; it is not a registered metric of the correlate path yet "
-                "(weights: llava-1.5-13b-hf/ under the weights root)",
-    "expert": "EXPERT runs through capscore.scores.judge; it is not a registered metric of the correlate path yet "
-              "(weights: expert-llava-13b-hf/ under the weights root)",
     "vela": "capscore has no VELA implementation: the published value is listed for comparison only",
 }
 
@@ -231,8 +221,12 @@ def missing_tools(metric: str) -> str:
 # ------------------------------------------------------------------------------------ running
 @in_session  # the classic rows share one METEOR process and PTB memo, however many metrics and draws
 def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str = "cpu", batch_size: int = 64,
-              seed: int = 0, model_override: Mapping[str, str] | None = None, cache=None) -> list[RowResult]:
+              seed: int = 0, model_override: Mapping[str, str] | None = None, cache=None,
+              metric_weights=None) -> list[RowResult]:
     """Recompute every row that can be run; skip the others with the reason.
+
+    ``metric_weights``: the folder of the released files of the metrics with their own models (Polos,
+    DENEB, the judges; :func:`capscore.scores.learned.weights_dir`'s default when None).
 
     ``model_override``: model template -> spec to use instead (tests run the protocols with small random
     weights this way). ``cache``: an embedding cache (default: in memory).
@@ -257,6 +251,11 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
         if row.metric not in registry() and row.metric not in CLASSIC_METRICS:
             why = NOT_REGISTERED.get(row.metric, f"metric {row.metric!r} is not available in this capscore")
         why = why or missing_data(row.dataset, data_root) or missing_tools(row.metric)
+        own = row.metric in registry() and registry()[row.metric].own_models
+        if not why and own:
+            from capscore.scores.learned import missing, weights_dir
+
+            why = missing(row.metric, weights_dir(metric_weights))
         if not why and row.model != "-" and row.model not in override:
             wf = weights_file(row.model, weights_root)
             if wf is not None:
@@ -277,7 +276,8 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
                     bb = load_backbone(spec, device=device, seed=seed, rgb_order="after-crop")
                     encoders[spec] = Encoder(bb, batch_size=batch_size, cache=cache, progress=False)
                 encoder = encoders[spec]
-            results[key] = evaluate(datasets[dkey], encoder, row.metric, n_resamples=0, seed=seed)
+            options = {"metric_weights": metric_weights, "device": device} if own else None
+            results[key] = evaluate(datasets[dkey], encoder, row.metric, n_resamples=0, seed=seed, options=options)
         stat = results[key].get(row.statistic)
         if stat is None:
             raise CapscoreError(f"{row.where}: the protocol of {row.dataset} gives no statistic {row.statistic!r} "

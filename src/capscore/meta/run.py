@@ -60,6 +60,7 @@ class CorrelateJob:
     batch_size: int = 64
     cache_dir: str | None = None
     no_cache: bool = False
+    metric_weights: str | None = None  # the released files of polos, deneb, fleur, ... (docs/learned.md)
 
     def __post_init__(self):
         for name in ("models", "metrics", "stats", "n_refs"):  # lists given for them are kept as tuples
@@ -139,11 +140,15 @@ def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds
     common = dict(columns=job.stats, ties=job.ties, ref_sample=job.ref_sample or None, ref_draws=job.ref_draws,
                   skip_bad=job.skip_bad, n_resamples=job.bootstrap, seed=job.seed)
     classic = {"tokenizer": job.tokenizer, "classic_backend": job.classic_backend}
+    own = {"metric_weights": job.metric_weights, "device": job.device, "dtype": job.dtype}  # their own models
     text = [m for m in metrics if text_only(m)]
-    for hook in filter(None, (getattr(m.image, "session", None) for m in text)):  # in the run's one session
-        with hook(lambda: dataset_texts(ds), classic):  # (in_session): tools checked, one PTB pass over all texts
-            pass
-    results = [evaluate(ds, None, m, options=classic, **common) for m in text]  # text only: scored once
+    opts = {m.name: own if m.own_models else classic for m in text}
+    for m in text:
+        hook = getattr(m.image, "session", None)  # in the run's one session (in_session): tools checked, one PTB
+        if hook is not None:  # pass over all texts; a metric's own models loaded (absent weights: one line)
+            with hook(lambda: dataset_texts(ds), opts[m.name]):
+                pass
+    results = [evaluate(ds, None, m, options=opts[m.name], **common) for m in text]  # no backbone: scored once
     metrics = [m for m in metrics if not text_only(m)]
     encoding = _encoding(job)
     store = open_cache(encoding) if metrics else None

@@ -105,7 +105,10 @@ class ScoreBlock:
     @property
     def title(self) -> str:
         if self.text_only:
-            return f"{self.metric} (text only)"
+            from capscore.scores.metric import registry
+
+            row = registry().get(self.metric or "")
+            return f"{self.metric} ({'own models' if row is not None and row.own_models else 'text only'})"
         return f"{self.metric or NOT_RECORDED['metric']} with {self.model or NOT_RECORDED['model']}"
 
     @property

@@ -46,8 +46,7 @@ from capscore.scores.polos import (
     mlp_part, open_checkpoint, reference_vectors, run_head, scalar_mix,
 )
 
-CITATION = ("Matsuda, Wada, Sugiura. DENEB: A Hallucination-Robust Automatic Evaluation Metric for Image "
-            "Captioning. ACCV 2024 (arXiv:2409.19255); code github.com/Ka2ukiMatsuda/DENEB")
+from capscore.scores.learned import DENEB_CITATION as CITATION  # noqa: E402
 CLIP_PREFIX = "In the image, "  # DenebEstimator.forward, for candidates and references alike
 CLIP_MEAN_STD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # open_clip ViT-L-14 laion2b_s32b_b82k's transform
 HEADS = 8  # TransformerEncoderLayer(nhead=8)

@@ -54,7 +54,8 @@ def check_record(rec, metric: Metric) -> InputError | None:
 
 def compute_values(encoder, metric: Metric, records: Sequence, *, medium: str = "image", prefix: str = "",
                    options: Mapping | None = None, errors: dict[int, str] | None = None) -> Values:
-    """One value per record, in order (``parts``: the metric's extra columns, None where not scored).
+    """One value per record, in order (``parts``: the metric's extra columns, None where not scored; and
+    ``error`` when the formula gives a reason for an item it scored NaN).
 
     ``prefix`` is the resolved one (``Metric.prefix_for``). A record that fails :func:`check_record`, or
     whose image or video cannot be read, raises :class:`InputError` — or, when ``errors`` is a dict, is
@@ -95,6 +96,8 @@ def compute_values(encoder, metric: Metric, records: Sequence, *, medium: str = 
     values = metric.compute(batch) if good else Values([])
     scores = [math.nan] * len(records)
     parts = {c: [None] * len(records) for c in metric.columns(medium)}
+    if "error" in values.parts:  # a formula's reason for each item it could not score (NaN), e.g. a judge's
+        parts["error"] = [None] * len(records)
     for k, i in enumerate(good):
         scores[i] = values.scores[k]
         for c, column in parts.items():

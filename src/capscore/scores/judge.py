@@ -58,10 +58,7 @@ import torch
 from capscore.backbones.vlm import Generation, VisionJudge, digit_token_ids, generate, llava_v1_prompt
 from capscore.errors import CapscoreError, unknown_name
 
-FLEUR_CITATION = ("Lee, Park, Kim, Kim, Kang. FLEUR: An Explainable Reference-Free Evaluation Metric for Image "
-                  "Captioning Using a Large Multimodal Model. ACL 2024; code github.com/Yebin46/FLEUR")
-EXPERT_CITATION = ("Kim, Kim, Jeong, Cho, Cho. EXPERT: An Explainable Image Captioning Evaluation Metric with "
-                   "Structured Explanations. Findings of ACL 2025 (arXiv:2506.24016); code github.com/hjkim811/EXPERT")
+from capscore.scores.learned import EXPERT_CITATION, FLEUR_CITATION  # noqa: E402
 
 FLEUR_PROMPT = (
     "Your task is to evaluate and rate the caption on a scale of 0.0 to 1.0 based on the given Grading Criteria. "
@@ -185,6 +182,9 @@ def parse_expert_explanation(text: str) -> dict | None:
 
 # ------------------------------------------------------------------------------------ running a judge
 def first_turn(spec: JudgeSpec, candidate: str, refs: Sequence[str] = ()) -> str:
+    """The first user turn. The candidate's whitespace is collapsed as the scripts read their annotation
+    files (``' '.join(caption.split())``); the references are joined as given."""
+    candidate = " ".join(candidate.split())
     text = spec.prompt.format(candidate=candidate, references=spec.reference_join.join(refs))
     return "<image>\n" + text  # mm_use_im_start_end is False for LLaVA-1.5
 
@@ -227,7 +227,8 @@ def explain_verdicts(vlm: VisionJudge, spec: JudgeSpec, out: list[Verdict], firs
     todo = [i for i, v in enumerate(out) if not math.isnan(v.score)]
     if not todo:
         return
-    prompts = [llava_v1_prompt([(firsts[i], f"{out[i].score}</s>"), (spec.why.format(candidate=captions[i]), None)])
+    prompts = [llava_v1_prompt([(firsts[i], f"{out[i].score}</s>"),
+                                (spec.why.format(candidate=" ".join(captions[i].split())), None)])
                for i in todo]
     for i, g in zip(todo, generate(vlm, prompts, [pil[i] for i in todo], **gen)):
         out[i].explanation = parse_expert_explanation(g.text) if spec.structured else g.text

@@ -29,8 +29,10 @@ from typing import Any, Protocol
 
 #: What a formula may need from the encoder (declared, so a face can check a backbone before scoring):
 #: ``global`` vectors, text ``tokens``, image ``patches``, video ``frames``, ``refs`` (references),
-#: ``parse`` (a parser such as spaCy), ``corpus`` (the whole evaluated set at once, e.g. CIDEr's IDF).
-NEEDS = frozenset({"global", "tokens", "patches", "frames", "refs", "parse", "corpus"})
+#: ``parse`` (a parser such as spaCy), ``corpus`` (the whole evaluated set at once, e.g. CIDEr's IDF),
+#: ``weights`` (the formula brings its own models, loaded from the released files of ``--metric-weights``,
+#: and reads the items' images itself: Polos, DENEB, the judges; :mod:`capscore.scores.learned`).
+NEEDS = frozenset({"global", "tokens", "patches", "frames", "refs", "parse", "corpus", "weights"})
 #: The needs that take a backbone: a metric needing none of them reads text only (the classic metrics).
 VECTOR_NEEDS = frozenset({"global", "tokens", "patches", "frames"})
 
@@ -184,7 +186,19 @@ class Metric:
         medium it scores): no backbone, image or video is loaded for it, and its rows and summary record no
         model (the classic metrics)."""
         media = self.media if medium is None else (medium,)
+        return not any(self.formula(m).needs & (VECTOR_NEEDS | {"weights"}) for m in media)
+
+    def backbone_free(self, medium: str | None = None) -> bool:
+        """Whether the metric needs no ``--model`` on ``medium`` (default: on every medium it scores): the
+        text-only metrics, and those that bring their own models (need ``weights``: Polos, DENEB, FLEUR).
+        Such a metric is scored once per run, its rows and summary naming no model."""
+        media = self.media if medium is None else (medium,)
         return not any(self.formula(m).needs & VECTOR_NEEDS for m in media)
+
+    @property
+    def own_models(self) -> bool:
+        """Whether the metric loads its own released models (need ``weights``; ``--metric-weights``)."""
+        return any("weights" in self.formula(m).needs for m in self.media)
 
     def columns(self, medium: str = "image") -> tuple[str, ...]:
         """Extra row columns beside the score (e.g. image_score, ref_score)."""
@@ -233,6 +247,41 @@ def _load_families() -> None:
     except ModuleNotFoundError as e:
         if e.name != "capscore.scores.classic":
             raise
+    import capscore.scores.learned  # noqa: F401, I001  (Polos, DENEB, FLEUR, RefFLEUR, EXPERT)
+    load_plugins()
+
+
+#: The entry-point group through which an installed package registers metrics (docs/metric-plugins.md).
+PLUGIN_GROUP = "capscore.metrics"
+#: What went wrong loading each plug-in (entry-point name -> one line), for ``capscore models``.
+PLUGIN_ERRORS: dict[str, str] = {}
+
+
+def load_plugins() -> None:
+    """Register the metrics of every installed ``capscore.metrics`` entry point. An entry point names a
+    :class:`Metric` row, a list of rows, or a zero-argument callable returning either (or registering its
+    rows itself). A plug-in that fails to import, or gives something else, is one warning line naming it
+    and its package; the built-in metrics and the other plug-ins still load."""
+    from importlib.metadata import entry_points
+
+    from capscore._log import warn
+
+    for ep in entry_points(group=PLUGIN_GROUP):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "?"
+        try:
+            obj = ep.load()
+            if callable(obj) and not isinstance(obj, Metric):
+                obj = obj()
+            rows = [obj] if isinstance(obj, Metric) else list(obj or [])
+            for row in rows:
+                if not isinstance(row, Metric):
+                    raise TypeError(f"gave {type(row).__name__}, not a capscore.scores.metric.Metric")
+                if METRICS.get(row.name) is not row:
+                    register(row)
+        except Exception as e:  # noqa: BLE001  (a broken plug-in must not stop capscore)
+            why = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+            PLUGIN_ERRORS[ep.name] = why
+            warn(f"metric plug-in {ep.name!r} ({ep.value}, package {dist}) was not loaded: {why}")
 
 
 _loaded = False

@@ -61,8 +61,9 @@ def text_text_cosine(encoder: Encoder, a: Sequence[str], b: Sequence[str]) -> to
 
 
 def pair_scorer_names() -> list[str]:
-    """Every name :func:`get_pair_scorer` accepts: the registered image metrics that need no references."""
-    return [n for n, m in registry().items() if m.image is not None and not m.needs_refs]
+    """Every name :func:`get_pair_scorer` accepts: the registered image metrics that need no references and
+    score with the probe's backbone (not those with their own models: FLEUR, EXPERT)."""
+    return [n for n, m in registry().items() if m.image is not None and not m.needs_refs and not m.own_models]
 
 
 def get_pair_scorer(name: str, *, prefix: str | None = None, **options) -> PairScorer:

@@ -49,8 +49,7 @@ from capscore.backbones.released import Part, WeightsFile, find_weights, numbere
 from capscore.backbones.sentence import SentenceEncoder, SentenceFeatures
 from capscore.errors import CapscoreError, param_error
 
-CITATION = ("Wada, Kaneda, Saito, Sugiura. Polos: Multimodal Metric Learning from Human Feedback for Image "
-            "Captioning. CVPR 2024 (arXiv:2402.18091); code github.com/keio-smilab24/Polos")
+from capscore.scores.learned import POLOS_CITATION as CITATION  # noqa: E402
 CLIP_PREFIX = "A photo depicts "  # PolosEstimator.forward, for candidates and references alike
 LAYER_NORM_EPS = 1e-12  # ScalarMixWithDropout._do_layer_norm
 LAYER_NORMS = ("sentence", "batch")

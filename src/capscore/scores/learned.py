@@ -1,0 +1,207 @@
+"""Registry rows of the metrics that bring their own models (docs/learned.md).
+
+Polos (:mod:`capscore.scores.polos`) and DENEB (:mod:`capscore.scores.deneb`) are trained heads over CLIP
+and SimCSE-RoBERTa features; FLEUR, RefFLEUR and EXPERT (:mod:`capscore.scores.judge`) ask a LLaVA model
+for a score. None of them reads the run's ``--model``: each loads the released files its authors
+published from the metric-weights folder (``--metric-weights DIR``, else ``$CAPSCORE_METRIC_WEIGHTS``,
+else ``~/.cache/capscore/metric-weights``) and reads the items' images through those models.
+
+Their formulas declare the need ``weights`` (and no backbone need), so every face treats them as it
+treats the metrics that need no backbone: scored once per run, the rows and summary naming no
+``--model``; the summary records the weights folder instead. A loaded model is kept for the process,
+keyed by (metric, folder, device, dtype): one run, and the faces and metrics of one process, load each
+checkpoint once (:func:`loaded`). Within a block every distinct image and text is encoded once per
+extractor (:func:`capscore.scores.polos.extract`).
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from capscore.scores.metric import Metric, Values, register
+
+WEIGHTS_ENV = "CAPSCORE_METRIC_WEIGHTS"
+#: The options a face hands these formulas (besides the run's device and dtype).
+OPTIONS = ("metric_weights", "explain")
+#: Each judge metric's model folder under the weights folder.
+JUDGE_FOLDERS = {"fleur": "llava-1.5-13b-hf", "reffleur": "llava-1.5-13b-hf", "expert": "expert-llava-13b-hf"}
+JUDGE_BATCH = 8
+JUDGE_MAX_NEW_TOKENS = 512
+
+POLOS_CITATION = ("Wada, Kaneda, Saito, Sugiura. Polos: Multimodal Metric Learning from Human Feedback for Image "
+                  "Captioning. CVPR 2024 (arXiv:2402.18091); code github.com/keio-smilab24/Polos")
+DENEB_CITATION = ("Matsuda, Wada, Sugiura. DENEB: A Hallucination-Robust Automatic Evaluation Metric for Image "
+                  "Captioning. ACCV 2024 (arXiv:2409.19255); code github.com/Ka2ukiMatsuda/DENEB")
+FLEUR_CITATION = ("Lee, Park, Kim, Kim, Kang. FLEUR: An Explainable Reference-Free Evaluation Metric for Image "
+                  "Captioning Using a Large Multimodal Model. ACL 2024; code github.com/Yebin46/FLEUR")
+EXPERT_CITATION = ("Kim, Kim, Jeong, Cho, Cho. EXPERT: An Explainable Image Captioning Evaluation Metric with "
+                   "Structured Explanations. Findings of ACL 2025 (arXiv:2506.24016); code github.com/hjkim811/EXPERT")
+#: The judge metrics: (citation, reference-based).
+JUDGE_ROWS = {"fleur": (FLEUR_CITATION, False), "reffleur": (FLEUR_CITATION, True), "expert": (EXPERT_CITATION, False)}
+
+_LOADED: dict[tuple, object] = {}
+
+
+def weights_dir(given: str | os.PathLike | None = None) -> Path:
+    """``given``, else ``$CAPSCORE_METRIC_WEIGHTS``, else ``~/.cache/capscore/metric-weights``."""
+    if given:
+        return Path(given).expanduser()
+    if os.environ.get(WEIGHTS_ENV):
+        return Path(os.environ[WEIGHTS_ENV]).expanduser()
+    from capscore.embed.cache import DEFAULT_CACHE_DIR
+
+    return DEFAULT_CACHE_DIR / "metric-weights"
+
+
+def weights_files(root: Path) -> list[tuple[str, str, Path, bool, str]]:
+    """(metric, what, path, present, where published) for every file these metrics read under ``root``
+    (``capscore doctor`` lists them)."""
+    from capscore.scores import deneb, polos
+
+    out = []
+    for metric, spec in (("polos", polos.CHECKPOINT), ("polos, deneb", polos.SIMCSE), ("deneb", deneb.CHECKPOINT)):
+        found = next((root / n for n in spec.names if (root / n).exists()), None)
+        out.append((metric, spec.what, found or root / spec.names[0], found is not None, spec.source))
+    for folder, names in (("llava-1.5-13b-hf", "fleur, reffleur"), ("expert-llava-13b-hf", "expert")):
+        path = root / folder / "config.json"
+        out.append((names, "the LLaVA model folder (transformers layout)", path.parent, path.is_file(),
+                    "https://huggingface.co/llava-hf/llava-1.5-13b-hf" if folder.startswith("llava") else
+                    "hjkim811/EXPERT-llava-13b-lora merged and converted (docs/learned.md)"))
+    return out
+
+
+def missing(kind: str, root: Path) -> str:
+    """'' when metric ``kind``'s released files are under ``root``, else the one line naming the first absent
+    file and where it is published."""
+    from capscore.scores import deneb, polos
+
+    specs = {"polos": (polos.CHECKPOINT, polos.SIMCSE), "deneb": (deneb.CHECKPOINT, polos.SIMCSE)}.get(kind)
+    if specs is None:
+        folder = root / JUDGE_FOLDERS[kind]
+        return "" if (folder / "config.json").is_file() else \
+            f"{kind}: {folder / 'config.json'} not found (its LLaVA model folder; see docs/learned.md)"
+    for spec in specs:
+        if not any((root / n).exists() for n in spec.names):
+            return f"{kind}: {root / spec.names[0]} not found ({spec.what}; published at {spec.source})"
+    return ""
+
+
+def _deneb_arch(clip_sd: Mapping) -> str | None:
+    """DENEB's tower is open_clip's ViT-L-14 (GELU); a tower of another size is inferred from its shapes."""
+    w = clip_sd.get("visual.conv1.weight")
+    return "ViT-L-14" if w is not None and tuple(w.shape) == (1024, 3, 14, 14) else None
+
+
+def _load(kind: str, root: Path, device: str, dtype: str):
+    if kind == "polos":
+        from capscore.scores.polos import load_polos
+
+        return load_polos(root, device=device, dtype=dtype)
+    if kind == "deneb":
+        from capscore.backbones.released import find_weights
+        from capscore.scores.deneb import CHECKPOINT, load_deneb, read_deneb
+
+        path = find_weights(root, CHECKPOINT, metric="deneb")
+        arch = _deneb_arch(read_deneb(path)[2])
+        return load_deneb(root, device=device, dtype=dtype, clip_arch=arch, checkpoint=path)
+    from capscore.backbones.released import WeightsFile, find_weights
+    from capscore.backbones.vlm import load_vlm
+    from capscore.scores.judge import JUDGES
+
+    folder = JUDGE_FOLDERS[kind]
+    find_weights(root, WeightsFile((f"{folder}/config.json",), JUDGES[kind].model, "its LLaVA model folder"),
+                 metric=kind)
+    return load_vlm(root / folder, device=device, dtype=dtype)
+
+
+def loaded(kind: str, options: Mapping):
+    """The model of metric ``kind`` for the options' weights folder, device and dtype, loaded once per process."""
+    root = weights_dir(options.get("metric_weights")).resolve()
+    device, dtype = str(options.get("device") or "cpu"), str(options.get("dtype") or "fp32")
+    key = (JUDGE_FOLDERS.get(kind, kind), root, device, dtype)
+    if key not in _LOADED:
+        _LOADED[key] = _load(kind, root, device, dtype)
+    return _LOADED[key]
+
+
+class LearnedFormula:
+    """Polos or DENEB on a batch of records: its own extractors on the records' images and texts."""
+
+    columns: tuple[str, ...] = ()
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.needs = frozenset({"weights", "refs"})
+
+    @contextmanager
+    def session(self, texts, options: Mapping) -> Iterator[None]:
+        """The run's one load (before anything is scored: absent weights stop the run in one line)."""
+        loaded(self.kind, options)
+        yield
+
+    def describe(self, options: Mapping) -> str:
+        return f"{self.kind} weights in {weights_dir(options.get('metric_weights'))}"
+
+    def compute(self, batch) -> Values:
+        from capscore.scores.deneb import score_deneb
+        from capscore.scores.polos import score_polos
+
+        model = loaded(self.kind, batch.options)
+        recs = batch.records
+        fn = score_polos if self.kind == "polos" else score_deneb
+        return Values(fn(model, [r.image for r in recs], [r.caption for r in recs], [list(r.refs) for r in recs]))
+
+
+class JudgeFormula:
+    """FLEUR, RefFLEUR or EXPERT: the judge's answer in the row (``answer``), its explanation when asked
+    for (option ``explain``), NaN with the reason for an answer that cannot be read."""
+
+    columns = ("answer", "explanation")
+
+    def __init__(self, kind: str, needs_refs: bool):
+        self.kind = kind
+        self.needs = frozenset({"weights"} | ({"refs"} if needs_refs else set()))
+
+    @contextmanager
+    def session(self, texts, options: Mapping) -> Iterator[None]:
+        loaded(self.kind, options)
+        yield
+
+    def describe(self, options: Mapping) -> str:
+        return f"{self.kind} weights in {weights_dir(options.get('metric_weights')) / JUDGE_FOLDERS[self.kind]}"
+
+    def compute(self, batch) -> Values:
+        import json
+
+        from capscore.scores.judge import judge
+
+        vlm = loaded(self.kind, batch.options)
+        recs = batch.records
+        refs = [list(r.refs) for r in recs] if "refs" in self.needs else None
+        out = judge(vlm, self.kind, [r.image for r in recs], [r.caption for r in recs], refs,
+                    explain=bool(batch.options.get("explain")), batch_size=JUDGE_BATCH,
+                    max_new_tokens=JUDGE_MAX_NEW_TOKENS)
+        return Values([v.score for v in out], {
+            "answer": [v.answer for v in out],
+            "explanation": [json.dumps(v.explanation) if isinstance(v.explanation, dict) else v.explanation
+                            for v in out],
+            "error": [f"{self.kind}: {v.error}" if v.error else None for v in out]})
+
+
+def _register() -> None:  # torch-free: reading the registry's names imports no model code
+    note = "brings its own models: the released files under --metric-weights (docs/learned.md)"
+    register(Metric("polos", POLOS_CITATION, image=LearnedFormula("polos"), range=(0.0, 1.0), note=note,
+                    default_model=""))
+    register(Metric("deneb", DENEB_CITATION, image=LearnedFormula("deneb"), range=(0.0, 1.0), note=note,
+                    default_model=""))
+    for name, (citation, refs) in JUDGE_ROWS.items():
+        register(Metric(name, citation, image=JudgeFormula(name, refs), range=(0.0, 1.0),
+                        note=note, default_model=""))
+
+
+_register()
+
+__all__ = ["JudgeFormula", "LearnedFormula", "OPTIONS", "WEIGHTS_ENV", "loaded", "missing", "weights_dir",
+           "weights_files"]
