@@ -553,6 +553,8 @@ class Summary:
         out = {"model": self.model, "backbone": self.backbone, "metric": self.metric.name, "count": self.count,
                "mean": self.total.mean.value(), "skipped": self.skipped, "systems": self.system_means(),
                "system_counts": {k: t.mean.n for k, t in sorted(self.systems.items())}}
+        if self.metric.own_models:  # no model, by design: the metric's own released files made the scores
+            out["own_models"] = True
         own = self.total.own
         if own is not None:
             out["aggregate"] = {"name": own.name, "value": own.value(),

@@ -101,14 +101,12 @@ class ScoreBlock:
     _high: list = field(default_factory=list, repr=False)
 
     text_only: bool = False  # a text-only metric (BLEU, ...): its summary records no model, by design
+    own_models: bool = False  # ... or one that brings its own models (Polos, DENEB, the judges)
 
     @property
     def title(self) -> str:
         if self.text_only:
-            from capscore.scores.metric import registry
-
-            row = registry().get(self.metric or "")
-            return f"{self.metric} ({'own models' if row is not None and row.own_models else 'text only'})"
+            return f"{self.metric} ({'own models' if self.own_models else 'text only'})"
         return f"{self.metric or NOT_RECORDED['metric']} with {self.model or NOT_RECORDED['model']}"
 
     @property
@@ -416,7 +414,9 @@ def _read_score_run(reader: _Reader, summary_path: Path | None, summary: dict, p
         for where, row in iter_score_rows(path, reader.limits):
             _add_row(run, row, where, default, reader)
     for b in run.blocks.values():
-        b.text_only = b.model is None and _run_entry(summary, None, b.metric) is not None
+        entry = _run_entry(summary, None, b.metric) if b.model is None else None
+        b.text_only = entry is not None
+        b.own_models = bool(entry and entry.get("own_models"))
         b.lowest = [(-s, *item) for s, _, item in sorted(b._low, reverse=True)]
         b.highest = [(s, *item) for s, _, item in sorted(b._high, reverse=True)]
         b._low = b._high = []
