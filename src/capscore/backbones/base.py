@@ -10,10 +10,13 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+
+from capscore.errors import CapscoreError
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -70,6 +73,20 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type == "mps" and "mps" not in available_devices():
         raise CapscoreError(f"--device {device}: MPS is not available; available here: {', '.join(available_devices())}")
     return dev
+
+
+def pickle_refused(path: str | Path) -> CapscoreError:
+    """The one message for a weights file holding Python objects (refused, never executed)."""
+    return CapscoreError(
+        f"{path}: holds pickled Python objects besides tensors; capscore loads checkpoints only with "
+        "torch.load(weights_only=True) — re-save just the state dict (or use .safetensors)"
+    )
+
+
+def weights_files(folder: str | Path) -> str:
+    """The pickle-format weight files of a model folder, for naming them in an error."""
+    found = sorted(Path(folder).expanduser().glob("*.bin")) + sorted(Path(folder).expanduser().glob("*.pt*"))
+    return ", ".join(str(f) for f in found) or str(folder)
 
 
 def weights_hash(module: torch.nn.Module) -> str:

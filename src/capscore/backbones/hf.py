@@ -231,7 +231,7 @@ def load_hf(
             tokenizer = transformers.AutoTokenizer.from_pretrained(name, **kw)
             image_processor = transformers.AutoImageProcessor.from_pretrained(name, **kw)
     except pickle.UnpicklingError:
-        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
+        from capscore.backbones.base import pickle_refused, weights_files
 
         raise pickle_refused(weights_files(name) if local else f"hf:{name}") from None
     except (OSError, ValueError, HfHubHTTPError) as e:

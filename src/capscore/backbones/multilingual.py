@@ -199,7 +199,7 @@ def load_multilingual(
             )
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), **kw)
     except pickle.UnpicklingError:
-        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
+        from capscore.backbones.base import pickle_refused, weights_files
 
         raise pickle_refused(weights_files(folder)) from None
     except (OSError, ValueError) as e:

@@ -77,7 +77,7 @@ from pathlib import Path
 
 import torch
 
-from capscore.backbones.base import resolve_dtype
+from capscore.backbones.base import pickle_refused, resolve_dtype
 from capscore.backbones.longclip import merge_long_positional, stretch_positional_embedding, stretched_length
 from capscore.errors import CapscoreError, unknown_name
 
@@ -123,20 +123,6 @@ def read_safetensors(p: Path) -> dict[str, torch.Tensor]:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0][:120] if text else type(e).__name__
-
-
-def pickle_refused(path: str | Path) -> CapscoreError:
-    """The one message for a weights file holding Python objects (refused, never executed)."""
-    return CapscoreError(
-        f"{path}: holds pickled Python objects besides tensors; capscore loads checkpoints only with "
-        "torch.load(weights_only=True) — re-save just the state dict (or use .safetensors)"
-    )
-
-
-def weights_files(folder: str | Path) -> str:
-    """The pickle-format weight files of a model folder, for naming them in an error."""
-    found = sorted(Path(folder).expanduser().glob("*.bin")) + sorted(Path(folder).expanduser().glob("*.pt*"))
-    return ", ".join(str(f) for f in found) or str(folder)
 
 
 def _torch_load(p: Path):

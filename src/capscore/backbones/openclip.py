@@ -270,7 +270,7 @@ def load_open_clip(
     try:  # open_clip's own 'No pretrained weights...' is hidden (_seeded_create): we warned already
         model, preprocess = _seeded_create(arch, pretrained=tag, seed=seed)
     except pickle.UnpicklingError:  # torch.load(weights_only=True) refused Python objects in the file
-        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
+        from capscore.backbones.base import pickle_refused, weights_files
 
         raise pickle_refused(tag or weights_files(arch.split(":", 1)[1]) if arch.startswith("local-dir:")
                              else tag or arch) from None

@@ -262,7 +262,7 @@ def _recipe(bb, spec: str, dtype: str, context_length: int | None, seed: int) ->
     """Everything besides the files that decides the loaded parameters (see capscore.backbones.hashcache)."""
     import sys
 
-    from capscore import __version__
+    from capscore._version import __version__
 
     versions = [__version__] + [getattr(sys.modules.get(m), "__version__", "-") for m in ("torch", "open_clip")]
     return (f"{spec}|{dtype}|{bb.dtype}|ctx={context_length}/{bb.context_length}|seed={seed}"

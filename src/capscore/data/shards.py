@@ -23,23 +23,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from capscore.data.shard_options import SourceOptions
 from capscore.errors import CapscoreError, InputError
 
 KINDS = ("webdataset", "parquet", "hf")
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """Where the caption, image, id and references live in a sample (all configurable on the CLI)."""
-
-    caption_key: str = "txt"  # WebDataset: the member extension holding the caption
-    refs_key: str | None = None  # WebDataset: a field of KEY.json; Parquet/HF: a list<string> column
-    image_column: str = "image"  # Parquet/HF: bytes, {bytes, path} struct (HF Image) or a path string
-    caption_column: str | None = None  # Parquet/HF: default "caption", or "text" when there is none
-    id_column: str | None = None  # Parquet/HF: default "key", then "id", then FILE:ROW
-    #: Largest WebDataset member (declared size in its tar header) or Parquet/Arrow image cell read into
-    #: memory, in bytes; a bigger one makes its sample an error row naming ``shard:key`` / ``file:row``.
-    max_member_bytes: int = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -118,12 +105,3 @@ def partition_names(paths: list[str]) -> list[str]:
     if len(set(names)) != len(names):  # a.tar and a.tar.gz in one folder: fall back to a hash suffix
         names = [f"{n}-{hashlib.sha1(p.encode()).hexdigest()[:8]}" for n, p in zip(names, paths)]
     return names
-
-
-def expect_files(paths: list[str], spec: str, what: str) -> list[str]:
-    if not paths:
-        raise InputError(spec, f"no {what} found")
-    for p in paths:
-        if not os.path.isfile(p):
-            raise InputError(p, f"{what} not found")
-    return paths

@@ -466,3 +466,13 @@ def index_videos(videos: str | os.PathLike):
         raise InputError(str(path), "--videos folder holds no videos",
                          expected=f"files ending in {', '.join(FOLDER_VIDEO_SUFFIXES)} or folders of frames")
     return ImageIndex(path, by_id, str(path))
+
+
+def video_of(rec):
+    """The :class:`VideoRef` of a record (records from caption files carry an ImageRef with the path)."""
+    v = rec.image
+    if isinstance(v, VideoRef):
+        return v
+    if getattr(v, "path", None) is None:
+        raise InputError(rec.source or f"item {rec.id}", "no video path")
+    return VideoRef(path=v.path, name=f"{rec.source}: video {v.path}" if rec.source else v.name)

@@ -22,7 +22,7 @@ import numpy as np
 from capscore.data.records import Record
 from capscore.data.images import ImageRef
 from capscore.errors import param_error
-from capscore.meta.datasets import Rated, RatingSet
+from capscore.meta.sets import Rated, RatingSet
 
 
 def scenes_oracle(*, seed: int = 0, n_scenes: int = 60, captions_per_scene: int = 6, split: str = "all",

@@ -22,7 +22,7 @@ prompt prefix unless ``prefix`` is given):
   shown to use the image (docs/scenes.md, "Text priors and minimal pairs");
 * **paired** accuracy for colour, shape, count and attribute-swap flips: the item is won only if the
   scene prefers its correct caption *and* the scene's counterfactual twin (the scene edited so that the
-  flawed caption is true of it, :func:`~capscore.scenes.captions.counterfactual`) prefers the flawed
+  flawed caption is true of it, :func:`~capscore.scenes.graph.counterfactual`) prefers the flawed
   one — Winoground's text score (Thrush et al., 2022) on a 2 × 2 minimal pair. The two captions swap
   roles, so a text prior wins at most one half: an empty scene scores 0 (ties aside) and a model that
   guesses 1/4. Items whose twin cannot be built (no free cell to add an object) are left out
@@ -110,8 +110,8 @@ def _recall_at_1(img: torch.Tensor, txt: torch.Tensor, captions: list[str]) -> t
 
 
 def _twins(scenes, items) -> list:
-    """Each item's counterfactual image twin (:func:`capscore.scenes.captions.counterfactual`), or None."""
-    from capscore.scenes.captions import COUNTERFACTUAL_KINDS, counterfactual
+    """Each item's counterfactual image twin (:func:`capscore.scenes.graph.counterfactual`), or None."""
+    from capscore.scenes.graph import COUNTERFACTUAL_KINDS, counterfactual
 
     by_id = {s.id: s for s in scenes}
     return [counterfactual(by_id[it["scene"]], it["flaw"]) if it["kind"] in COUNTERFACTUAL_KINDS else None

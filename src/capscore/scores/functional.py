@@ -66,7 +66,7 @@ def compute_values(encoder, metric: Metric, records: Sequence, *, medium: str = 
     good = [i for i in range(len(records)) if i not in bad]
     batch = EmbeddingBatch(encoder, [], prefix, medium, options)
     if encoder is not None and medium == "video":
-        from capscore.scores.video import video_of
+        from capscore.data.video import video_of
 
         failed: dict[int, str] = {}  # collected even without ``errors``, so the first bad item is the one named
         frames = encoder.encode_videos([video_of(records[i]) for i in good], sampling=options.get("sampling"),

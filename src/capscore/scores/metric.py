@@ -107,7 +107,7 @@ class EmbeddingBatch:
     def frames(self):
         """One (F, D) tensor of frame vectors per video."""
         if self.frame_list is None:
-            from capscore.scores.video import video_of
+            from capscore.data.video import video_of
 
             self.frame_list = self.encoder.encode_videos([video_of(r) for r in self.records],
                                                          sampling=self.options.get("sampling"))
@@ -223,27 +223,9 @@ def register(metric: Metric) -> Metric:
     return metric
 
 
-def _load_families() -> None:
-    # each family registers its rows when imported; importing them here keeps one entry point
-    import capscore.scores.clipscore  # noqa: F401  (CLIP-S, RefCLIP-S, PAC-S, RefPAC-S, MCS; EMScore on videos)
-    import capscore.scores.abe_metric  # noqa: F401, I001
-    import capscore.scores.specs  # noqa: F401, I001  (SPECS)
-    try:
-        import capscore.scores.classic  # noqa: F401  (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE)
-    except ModuleNotFoundError as e:
-        if e.name != "capscore.scores.classic":
-            raise
-
-
-_loaded = False
-
-
 def registry() -> dict[str, Metric]:
-    """Every registered metric, by name."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        _load_families()
+    """Every registered metric, by name (each family registers its rows when imported; the package's
+    ``__init__`` imports them all, and it runs before any module of the package)."""
     return METRICS
 
 

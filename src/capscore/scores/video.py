@@ -292,15 +292,3 @@ def load_frames(video, sampling="all") -> list:
     from capscore.data.video import Sampling, VideoRef
 
     return VideoRef.of(video).load(Sampling.parse(sampling))
-
-
-def video_of(rec):
-    """The :class:`VideoRef` of a record (records from caption files carry an ImageRef with the path)."""
-    from capscore.data.video import VideoRef
-
-    v = rec.image
-    if isinstance(v, VideoRef):
-        return v
-    if getattr(v, "path", None) is None:
-        raise InputError(rec.source or f"item {rec.id}", "no video path")
-    return VideoRef(path=v.path, name=f"{rec.source}: video {v.path}" if rec.source else v.name)

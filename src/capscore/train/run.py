@@ -1,4 +1,4 @@
-"""One training run from a :class:`~capscore.train.options.TrainSpec`: data, model, the loop, export.
+"""One training run from a :class:`~capscore.train.spec.TrainSpec`: data, model, the loop, export.
 
 :func:`train_config` turns a spec into the loop's :class:`~capscore.train.loop.TrainConfig` (each option
 the spec leaves at None takes the recipe's value -- its paper's optimiser, or the scenes-tiny recipe's
@@ -18,7 +18,7 @@ from typing import Any
 
 from capscore.errors import CapscoreError
 from capscore.train.loop import TrainConfig, TrainResult
-from capscore.train.options import Stage, TrainSpec, stage_model
+from capscore.train.spec import Stage, TrainSpec, stage_model
 
 GENERIC_OPTIM = dict(lr=1e-5, weight_decay=0.1, batch_size=32, accum=1, betas=(0.9, 0.98), eps=1e-6)
 GENERIC_SCHEDULE = dict(steps=100, warmup=10, grad_clip=None, min_lr_ratio=0.0, no_decay=())
@@ -213,7 +213,8 @@ def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | 
     type: "0.9,0.98", "de,fr") and ``sets`` (recipe parameters, {KEY: VALUE} or "KEY=VALUE" items, parsed by
     their type) applied over it."""
     from capscore.errors import param_error, unknown_name
-    from capscore.train.options import find_recipe_file, load_recipe_file
+    from capscore.train.options import find_recipe_file
+    from capscore.train.spec import load_recipe_file
     from capscore.train.recipes import get_recipe
 
     if sets is not None and not isinstance(sets, Mapping):

@@ -16,7 +16,7 @@ docs/research/scenes-training.md. Parameters (:class:`ScenesTinyParams`):
   to the scene -- uniformly, or by ``negative_weights``; ``prefix_p`` of the pairs carry CLIP-S's prompt
   prefix;
 * **image twins** (``twins`` = p): after a scene, with probability p, its counterfactual twin
-  (:func:`capscore.scenes.captions.counterfactual`: the scene edited so that its hard negative is true and
+  (:func:`capscore.scenes.graph.counterfactual`: the scene edited so that its hard negative is true and
   the correct twin false) takes the next slot of the micro-batch, with the flawed caption as its positive
   and the exact correct caption as its negative -- a minimal pair both ways, so a text-only prior cannot
   win it. A micro-batch stays B examples;
@@ -144,7 +144,7 @@ class SceneStream:
     kinds: tuple[str, ...] = HARD_NEGATIVE_KINDS
     weights: np.ndarray | None = None  # None: uniform over the kinds that apply to each scene
     prefix_p: float = 0.25  # share of pairs with the CLIP-S prompt prefix, so CLIP-S scoring sees it
-    twins: float = 0.0  # probability that a scene's image twin (capscore.scenes.captions.counterfactual) follows it
+    twins: float = 0.0  # probability that a scene's image twin (capscore.scenes.graph.counterfactual) follows it
     single_until: int = 0  # micro-batches k < this hold single-object scenes (a curriculum); 0: none
     bound: float = 0.0  # probability that a colour/shape/count/hallucination negative is drawn bound (make_flaw)
     per_image: int = 1  # hard negatives per image: the first as before, the others in ``Example.more_negatives``
@@ -152,7 +152,7 @@ class SceneStream:
 
     def batch(self, k: int, batch_size: int) -> list[Example]:
         from capscore.scenes import generate_scenes
-        from capscore.scenes.captions import counterfactual
+        from capscore.scenes.graph import counterfactual
 
         one = dict(min_objects=1, max_objects=1) if k < self.single_until else dict(min_objects=self.min_objects)
         scenes = generate_scenes(batch_size, seed=self.seed, split="train", size=self.size, start=k * batch_size,
