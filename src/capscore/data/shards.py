@@ -25,6 +25,10 @@ from pathlib import Path
 
 from capscore.data.shard_options import SourceOptions
 from capscore.errors import CapscoreError, InputError
+from capscore.data.captions import BadItem
+from capscore.data.hf_dataset import list_arrow_files, read_arrow_file
+from capscore.data.parquet import list_parquet_files, read_parquet_file
+from capscore.data.webdataset import list_tar_shards, read_tar_shard
 
 KINDS = ("webdataset", "parquet", "hf")
 
@@ -46,16 +50,10 @@ class Shard:
 def list_shards(kind: str, spec: str, *, split: str | None = None) -> list[Shard]:
     """Shards of a source; raises InputError naming what is missing."""
     if kind == "webdataset":
-        from capscore.data.webdataset import list_tar_shards
-
         paths = list_tar_shards(spec)
     elif kind == "parquet":
-        from capscore.data.parquet import list_parquet_files
-
         paths = list_parquet_files(spec)
     elif kind == "hf":
-        from capscore.data.hf_dataset import list_arrow_files
-
         paths = list_arrow_files(spec, split=split)
     else:  # pragma: no cover - callers pass one of KINDS
         raise CapscoreError(f"unknown source kind {kind!r}")
@@ -69,8 +67,6 @@ def read_shard(shard: Shard, options: SourceOptions = SourceOptions()) -> Iterat
     Arrow file) ends with one :class:`BadItem` naming it, after whatever it
     yielded before: an error row with ``--skip-bad``, a one-line error without.
     """
-    from capscore.data.captions import BadItem
-
     try:
         yield from _reader(shard, options)
     except InputError as e:
@@ -80,14 +76,9 @@ def read_shard(shard: Shard, options: SourceOptions = SourceOptions()) -> Iterat
 
 def _reader(shard: Shard, options: SourceOptions) -> Iterator:
     if shard.kind == "webdataset":
-        from capscore.data.webdataset import read_tar_shard
-
         return read_tar_shard(shard.path, name=shard.name, options=options)
     if shard.kind == "parquet":
-        from capscore.data.parquet import read_parquet_file
-
         return read_parquet_file(shard.path, name=shard.name, options=options)
-    from capscore.data.hf_dataset import read_arrow_file
 
     return read_arrow_file(shard.path, name=shard.name, options=options)
 

@@ -56,6 +56,7 @@ from capscore.data.jsonl import DuplicateKey, csv_problem, iter_csv_rows, iter_j
 from capscore.errors import CapscoreError, InputError, unknown_name
 from capscore.meta import oracle
 from capscore.meta.sets import Pair, PairSet, Rated, RatingSet
+from capscore.embed import cache as embed_cache
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -416,7 +417,7 @@ def _pascal_image(root: Path | None, name: str) -> Path:
 
 
 def _pascal_from_mat(folder: Path, root, rng) -> list[Pair]:
-    from scipy.io import loadmat
+    from scipy.io import loadmat  # noqa: PLC0415  (deferred: scipy)
 
     base = folder if (folder / "pair_pascal.mat").exists() else folder / "pyCIDErConsensus"
     pair_file, cons_file = base / "pair_pascal.mat", base / "consensus_pascal.mat"
@@ -632,9 +633,7 @@ def load_hf(path, images, *, name: str, split: str | None = None, extract_to=Non
     path = _path(path, f"{name} data")
     root = _images_root(images)
     if extract_to is None:
-        from capscore.embed.cache import DEFAULT_CACHE_DIR
-
-        extract_to = root if root is not None else DEFAULT_CACHE_DIR / "meta-images"
+        extract_to = root if root is not None else embed_cache.DEFAULT_CACHE_DIR / "meta-images"
     extract_to = Path(extract_to)
     cap_cols, img_cols, human_cols = HF_COLUMNS[name]
     items, skipped = [], {}

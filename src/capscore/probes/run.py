@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import os
+from pathlib import Path
 
 from capscore.embed.engine import Encoder
 from capscore.perturb.lgip import lgip_variants
@@ -21,6 +23,8 @@ from capscore.perturb.prmcs import DEFAULT_MASK, DEFAULT_P, PERTURBATIONS, pertu
 from capscore.probes import metrics as M
 from capscore.probes.formats import ProbeItem, SuiteItem
 from capscore.scores.pairs import PairScorer, cosine_pairs, get_pair_scorer, text_text_cosine
+from capscore.errors import param_error
+from capscore.probes.segment import detail_units
 
 
 @dataclass(frozen=True)
@@ -298,11 +302,7 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     every prefix is scored as CLIP-S, by default with CLIPScore's "A photo depicts " prepended --
     ``get_pair_scorer("clip-s", prefix="")`` (``probe --prefix ""``) scores the plain text.
     """
-    from capscore.probes.segment import detail_units
-
     if variant not in M.SR_VARIANTS:
-        from capscore.errors import param_error
-
         raise param_error("variant", "run_specificity", "'capscore' or 'reference'", variant)
     segs = [list(u) for u in units] if units is not None else [
         detail_units(it.caption, max_attached_pps=max_attached_pps, grammar=grammar) for it in items]
@@ -361,9 +361,6 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
 
 def _image_key(image) -> object:
     """What tells two items' images apart: the file path when there is one, else the object itself."""
-    import os
-    from pathlib import Path
-
     path = getattr(image, "path", None) if not isinstance(image, (str, os.PathLike)) else image
     return ("path", str(Path(path))) if path is not None else ("object", id(image))
 

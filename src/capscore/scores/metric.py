@@ -27,6 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from capscore.errors import CapscoreError, unknown_name
+
 #: What a formula may need from the encoder (declared, so a face can check a backbone before scoring):
 #: ``global`` vectors, text ``tokens``, image ``patches``, video ``frames``, ``refs`` (references),
 #: ``parse`` (a parser such as spaCy), ``corpus`` (the whole evaluated set at once, e.g. CIDEr's IDF).
@@ -89,7 +91,7 @@ class EmbeddingBatch:
 
     def refs(self):
         """(N, R, D) reference vectors (prefixed) and their (N, R) mask, R = the most references of an item."""
-        import torch
+        import torch  # noqa: PLC0415  (deferred: torch)
 
         R = max((len(r.refs) for r in self.records), default=0)
         flat = [self.prefix + ref for r in self.records for ref in r.refs]
@@ -107,7 +109,7 @@ class EmbeddingBatch:
     def frames(self):
         """One (F, D) tensor of frame vectors per video."""
         if self.frame_list is None:
-            from capscore.data.video import video_of
+            from capscore.data.video import video_of  # noqa: PLC0415  (deferred: numpy)
 
             self.frame_list = self.encoder.encode_videos([video_of(r) for r in self.records],
                                                          sampling=self.options.get("sampling"))
@@ -169,8 +171,6 @@ class Metric:
     def formula(self, medium: str) -> Formula:
         f = getattr(self, medium, None) if medium in ("image", "video") else None
         if f is None:
-            from capscore.errors import CapscoreError
-
             other = [m for m in self.media if m != medium]
             raise CapscoreError(f"metric {self.name!r} does not score {medium}s"
                                 + (f"; it scores {other[0]}s" if other else ""))
@@ -235,8 +235,6 @@ def get_metric(name: "str | Metric") -> Metric:
         return name
     rows = registry()
     if name not in rows:
-        from capscore.errors import unknown_name
-
         raise unknown_name("metric", name, rows)
     return rows[name]
 

@@ -12,6 +12,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+import string
 
 from capscore.errors import CapscoreError, param_error, short_repr, unknown_name
 from capscore.train.options import (
@@ -193,8 +194,6 @@ STAGE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
 
 def _references(model: str | None, where: str = "model") -> list[str]:
     """The stage names a model spec refers to as ``{NAME}`` (``{{``/``}}`` are literal braces)."""
-    import string
-
     try:
         fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(model or "")
                   if name is not None]
