@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from capscore.embed.factory import Encoding, make_encoder, open_cache
+from capscore.embed.factory import Encoding, make_encoder, open_cache  # Encoding: also capscore.pipeline.Encoding
 from capscore.errors import CapscoreError, InputError, OptionError, braced
 from capscore.report.writers import (
     JOURNAL, JOURNAL_INPUT, OutputLock, RowWriter, ShardFiles, load_json, open_writer, output_format, output_names,

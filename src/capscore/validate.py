@@ -27,6 +27,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from PIL import Image
+
 from capscore.errors import CapscoreError, InputError, param_error, short_repr
 from capscore.data.images import ImageRef, check_dimensions
 
@@ -117,7 +119,6 @@ def image_problem(x) -> str | None:
     """Why one image argument (tensor, array or PIL image) cannot be scored, or None (paths are checked
     when read). Layout and dtype mistakes are left to :func:`pixels_to_pil`, which names the fix."""
     import numpy as np  # noqa: PLC0415  (deferred: numpy)
-    from PIL import Image  # noqa: PLC0415  (deferred: PIL)
 
     if isinstance(x, Image.Image):
         w, h = x.size
@@ -156,7 +157,6 @@ def pixels_to_pil(x, where: str = "image"):
     tensor that looks channels-last, a numpy array that looks channels-first, other dtypes and ranks are
     refused with the fix, never guessed. Floats are rounded to 8 bits, as saving a PNG would."""
     import numpy as np  # noqa: PLC0415  (deferred: numpy)
-    from PIL import Image  # noqa: PLC0415  (deferred: PIL)
 
     torch_layout = _is_torch(x)
     arr = x.detach().cpu().numpy() if torch_layout else np.asarray(x)
@@ -188,8 +188,6 @@ def pixels_to_pil(x, where: str = "image"):
 def to_image_ref(x, where: str = "image"):
     """Any accepted image input (path, PIL image, ImageRef, tensor, array) -> :class:`~capscore.data.images.ImageRef`
     named ``where`` in errors."""
-    from PIL import Image  # noqa: PLC0415  (deferred: PIL)
-
     if isinstance(x, ImageRef):
         return x
     if isinstance(x, (str, os.PathLike)):

@@ -69,6 +69,8 @@ import numpy as np
 import copy
 import logging
 
+from PIL import Image
+
 from capscore.engines import require_ray
 from capscore.errors import CapscoreError, InputError, param_error
 from capscore.data.images import ImageRef
@@ -482,8 +484,6 @@ class RayExecutor:
         return load_encoders(job, encoding=replace(job.encoding, device="cpu", cache=False))
 
     def score_shards(self, runner, todo: list, folder, bar) -> dict[str, dict]:
-        from PIL import Image  # noqa: PLC0415  (deferred: PIL)
-
         ray = require_ray()
         _init(ray, self.options)
         enc = runner.job.encoding

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from PIL import Image, UnidentifiedImageError
+
 from capscore._optional import require
 from capscore.errors import InputError
 from capscore.report.rows import (
@@ -647,8 +649,6 @@ def png_text_keys(path: Path, *, max_bytes: int = 1 << 24) -> set[str] | None:
 
 
 def _read_explain_png(f: Path, limits: Limits, *, explicit: bool) -> ExplainImage | None:
-    from PIL import Image, UnidentifiedImageError  # noqa: PLC0415  (deferred: PIL)
-
     check_regular(f, max_bytes=limits.max_png_bytes if explicit else None)
     if not explicit:
         try:

@@ -90,8 +90,9 @@ from functools import partial
 from importlib.metadata import PackageNotFoundError, version
 
 from capscore.errors import CapscoreError, InputError, param_error, unknown_name
+from capscore.scores import classic_java
 from capscore.scores.classic_java import (
-    CORENLP_JARS, Meteor, PUNCTUATIONS, corenlp_dir, jar_problem, java, line_safe, need_java, ptb_tokenize,
+    CORENLP_JARS, Meteor, PUNCTUATIONS, corenlp_dir, jar_problem, java, line_safe, need_java,
     pycoco_dir, run_spice, spice_dirs, spice_jars, timeout_default,
 )
 from capscore._log import warn
@@ -167,7 +168,7 @@ def tokenize(texts: Sequence[str], *, tokenizer: str = "ptb", timeout: float | N
     known = {t: _PTB_MEMO[t] for t in texts if t in _PTB_MEMO}
     new = list(dict.fromkeys(t for t in texts if t not in known))
     if new:
-        known.update(zip(new, ptb_tokenize(new, timeout=timeout or timeout_default())))
+        known.update(zip(new, classic_java.ptb_tokenize(new, timeout=timeout or timeout_default())))
         _remember(_PTB_MEMO, new, known)
     return [known[t] for t in texts]
 
