@@ -4,12 +4,14 @@ the command line imports it.
 
 Every ``import`` / ``from ... import`` of a capscore module counts, at module level and inside functions
 alike (a function-local import is deferred, not absent: it would close a circle the first time it runs);
-ones under ``if TYPE_CHECKING:`` do not (they never run). Function-local imports of capscore's own modules
-are left only where the imported module brings torch, open_clip or an optional extra that the importing one
-does not need otherwise (ruff's PLC0415 and pyproject's short per-file list keep the rest at the top).
+ones under ``if TYPE_CHECKING:`` do not (they never run). Function-local imports are left only on the
+start-up path (``capscore/__init__.py``, ``cli.py``, ``commands/*``) and where the imported module would add
+torch, numpy, scipy, open_clip or an optional extra to a module that is free of it at import; ruff's PLC0415
+keeps the rest at the top (each exception says ``# noqa: PLC0415  (deferred: ...)``).
 A package's ``__init__`` is a file like the others; importing ``capscore.a.b`` is an edge to ``capscore.a.b``
 only (not to the package ``capscore.a`` that Python runs first), and ``from capscore.a import b`` is an edge
-to the module ``capscore.a.b`` where there is one, else to ``capscore.a``.
+to the module ``capscore.a.b`` where there is one, else to the submodule named for ``b`` in the package's
+``_WHERE`` table (the names its ``__init__`` resolves on first use, PEP 562), else to ``capscore.a``.
 
 Layers, bottom first; a package may import its own layer's helpers only where listed in SAME_LAYER_OK.
 """
@@ -50,6 +52,23 @@ def _module_name(path: Path) -> str:
 MODULES = {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
 
 
+def _lazy_names() -> dict[tuple[str, str], str]:
+    """(package, name) -> the submodule that defines it, from each package's ``_WHERE = {name: submodule}``."""
+    found = {}
+    for module, path in MODULES.items():
+        if path.name != "__init__.py":
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                    and any(isinstance(t, ast.Name) and t.id == "_WHERE" for t in node.targets)):
+                for k, v in zip(node.value.keys, node.value.values):
+                    found[(module, k.value)] = f"{module}.{v.value}"
+    return found
+
+
+LAZY = _lazy_names()
+
+
 def _unit(module: str) -> str:
     """The package (or top-level module) of ``capscore.x.y``: ``x``; the package root itself: ``__init__``."""
     parts = module.split(".")
@@ -73,7 +92,8 @@ def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
         base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
     if base.split(".")[0] != "capscore":
         return []
-    return [_existing(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base) for a in node.names]
+    return [_existing(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else LAZY.get((base, a.name), base))
+            for a in node.names]
 
 
 def file_edges() -> dict[str, set[tuple[str, str]]]:
@@ -134,11 +154,14 @@ def test_every_package_has_a_layer():
 
 
 def test_the_graph_sees_function_local_and_relative_imports():
-    """the parser the other tests rely on: a deferred import is an edge, a TYPE_CHECKING one is not"""
+    """the parser the other tests rely on: relative, function-local and lazily re-exported names resolve to the
+    file that runs"""
     tree = ast.parse("from . import records\nfrom ..errors import InputError\ndef f():\n"
-                     "    import capscore.scores.metric\n    from capscore.embed import factory\n")
+                     "    import capscore.scores.metric\n    from capscore.embed import factory\n"
+                     "    from capscore.backbones import Backbone\n")
     found = [t for node in ast.walk(tree) for t in _targets(node, "capscore.data.images", False)]
-    assert found == ["capscore.data.records", "capscore.errors", "capscore.scores.metric", "capscore.embed.factory"]
+    assert found == ["capscore.data.records", "capscore.errors", "capscore.scores.metric", "capscore.embed.factory",
+                     "capscore.backbones.base"]
 
 
 def test_no_circles_between_files():
