@@ -17,7 +17,7 @@ the same evaluation scenes (seed 12345) as ``scenes eval``:
    through its max; the fourth whether one vector per side can keep the local score's binding.
 2. **how close each tower puts a minimal pair**: the mean cosine between a flip item's correct and flawed
    caption (text tower) and between its scene and the scene's counterfactual twin (image tower,
-   :func:`capscore.scenes.captions.counterfactual`), against random pairs of the same items; and the mean
+   :func:`capscore.scenes.graph.counterfactual`), against random pairs of the same items; and the mean
    global margin cos(scene, correct) − cos(scene, flawed).
 3. **what R@1 misses retrieve** (image→text over the ``n`` seen scenes' short captions): the share of
    misses whose retrieved caption names only shapes and colours that occur in the query scene (a

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from capscore.errors import CapscoreError
-from capscore.train.options import STAGE_NAME, load_recipe_file
+from capscore.train.spec import STAGE_NAME, load_recipe_file
 from test_hostile_inputs import assert_one_error, run  # one-line error checks, shared
 
 TINY = "openclip:scenes-tiny-v1"  # random init from the seed: no weights file needed

@@ -337,7 +337,8 @@ def test_corrupted_units_are_false_for_every_form_including_symmetric_relations(
 
 # ------------------------------------------------------------------ counterfactual image twins
 def test_counterfactual_twin_changes_exactly_the_flawed_fact_in_facts_and_pixels(scenes):
-    from capscore.scenes.captions import COUNTERFACTUAL_KINDS, counterfactual, truth
+    from capscore.scenes.captions import truth
+    from capscore.scenes.graph import COUNTERFACTUAL_KINDS, counterfactual
 
     made = {k: 0 for k in COUNTERFACTUAL_KINDS}
     for s in scenes[:80]:
@@ -369,7 +370,7 @@ def test_counterfactual_twin_changes_exactly_the_flawed_fact_in_facts_and_pixels
 
 
 def test_counterfactual_train_twins_never_hold_a_heldout_pair_and_relations_are_not_edited():
-    from capscore.scenes.captions import counterfactual
+    from capscore.scenes.graph import counterfactual
 
     held = heldout_pairs(0)
     for s in generate_scenes(60, seed=11, split="train"):

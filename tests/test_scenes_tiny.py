@@ -145,7 +145,7 @@ def test_blind_accuracy_is_the_empty_scene_recomputed_with_plain_open_clip(bb):
         assert row["n"] == len(ref) and abs(row["blind"] - ref.mean()) <= 0.05, (kind, row, ref.mean())
     assert got["count"]["blind"] > 0.6  # scenes-tiny's count flips are mostly won by text priors (docs/scenes.md)
     # paired: the scene prefers the correct caption AND its counterfactual twin prefers the flawed one
-    from capscore.scenes.captions import counterfactual
+    from capscore.scenes.graph import counterfactual
 
     by_id = {s.id: s for s in generate_scenes(40, seed=EVAL_SEED, split="train", size=96)}
     with torch.no_grad():

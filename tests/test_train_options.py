@@ -11,7 +11,8 @@ import torch
 
 from capscore.cli import main
 from capscore.errors import CapscoreError
-from capscore.train.options import TrainSpec, bundled_recipe_files, find_recipe_file, load_recipe_file
+from capscore.train.options import RUN_OPTIONS, bundled_recipe_files, find_recipe_file
+from capscore.train.spec import SPEC_KEYS, TrainSpec, load_recipe_file
 from capscore.train.recipes import RECIPES, get_recipe, resolve_params
 from capscore.train.run import train_config
 from capscore.train.scenes_tiny import ScenesTinyParams
@@ -292,3 +293,8 @@ def test_config_and_stage_errors_are_one_line(tmp_path, capsys):
     assert err.endswith("The 'twins' parameter of recipe scenes-tiny must be a probability in [0, 1]; got 2.0 "
                         "instead.") and "\n" not in err
     assert not (tmp_path / "x").exists()  # options are checked before anything is written
+
+
+def test_the_run_option_hint_names_exactly_the_train_spec_fields():
+    """a recipe parameter named like a run option gets a hint; the names it knows are TrainSpec's fields"""
+    assert RUN_OPTIONS == SPEC_KEYS

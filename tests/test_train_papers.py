@@ -7,7 +7,7 @@ import pytest
 
 from capscore.errors import CapscoreError, InputError
 from capscore.train.data import Example, read_jsonl, specs_units
-from capscore.train.options import TrainSpec
+from capscore.train.spec import TrainSpec
 from capscore.train.recipes import (
     _given_perturbed,
     batch_languages,

@@ -19,12 +19,7 @@ are imported on first use.
 """
 from __future__ import annotations
 
-from importlib import metadata as _metadata
-
-try:
-    __version__ = _metadata.version("capscore")
-except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
+from capscore._version import __version__
 
 __all__ = ["__version__", "score", "score_batch", "score_frame"]
 

@@ -96,7 +96,7 @@ def echo(message: str, *, file=None) -> None:
     """Print a line; above the open progress bar when there is one."""
     file = file or sys.stderr
     if _open_bars:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # noqa: PLC0415  (deferred: tqdm)
 
         tqdm.write(message, file=file)
     else:
@@ -115,7 +115,7 @@ def open_bar(total: int | None = None, *, desc: str, unit: str = "it", disable: 
     """
     global _bar_class
     if _bar_class is None:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # noqa: PLC0415  (deferred: tqdm)
 
         class _Bar(tqdm):
             def close(self):

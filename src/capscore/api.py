@@ -29,7 +29,14 @@ from __future__ import annotations
 from capscore import validate
 from capscore._optional import require
 from capscore.errors import CapscoreError, param_error
-from capscore.pipeline import DEFAULT_MODEL
+from capscore import pipeline
+from capscore.pipeline import DEFAULT_MODEL, Summary, default_metric
+from capscore.data.captions import BadItem
+from capscore.data.images import ImageRef
+from capscore.data.records import Record
+from capscore.data.sources import InMemory
+from capscore.embed.factory import Encoding, load_model, make_encoder
+from capscore.scores.metric import get_metric
 
 _BACKBONES: dict[tuple, object] = {}  # loaded backbones, reused across calls (weights are read once)
 
@@ -42,10 +49,9 @@ def get_encoder(model, *, device: str = "cpu", dtype: str = "fp32", cache=None, 
     :func:`capscore.embed.make_encoder`. ``cache``: None or False keeps vectors in memory, True uses the
     persistent cache (``~/.cache/capscore`` or ``$CAPSCORE_CACHE``), a path one in that folder, and an
     opened cache is used as given."""
-    from capscore.backbones import Backbone
-    from capscore.embed.cache import EmbeddingCache
-    from capscore.embed.engine import Encoder, MemoryCache
-    from capscore.embed.factory import Encoding, load_model, make_encoder
+    from capscore.backbones import Backbone  # noqa: PLC0415  (deferred: numpy, torch)
+    from capscore.embed.cache import EmbeddingCache  # noqa: PLC0415  (deferred: numpy)
+    from capscore.embed.engine import Encoder, MemoryCache  # noqa: PLC0415  (deferred: numpy, torch)
 
     if isinstance(model, Encoder):
         return model
@@ -76,9 +82,6 @@ def _names(value, what: str) -> list:
 def _items(images: list, captions, refs, bad: dict, name) -> tuple[list, list]:
     """The items the pipeline scores (a Record per caption; a BadItem for each item ``bad`` holds, which
     becomes an error row) and each one's (image index, candidate index)."""
-    from capscore.data.captions import BadItem
-    from capscore.data.records import Record
-
     items, index = [], []
     for i, (img, cap) in enumerate(zip(images, captions)):
         several = isinstance(cap, (list, tuple))
@@ -155,9 +158,6 @@ def score(
 
 def _score(images, captions, refs, *, func: str, name, model, metric, prefix, device, dtype, cache, batch_size, seed,
            context_length, skip_bad, as_frame, aggregate=False, metric_weights=None):
-    from capscore.pipeline import default_metric
-    from capscore.scores.metric import get_metric
-
     validate.check_bool(aggregate, "aggregate", func)
     models = _names(model, "model")
     several_metrics = isinstance(metric, (list, tuple))
@@ -170,14 +170,11 @@ def _score(images, captions, refs, *, func: str, name, model, metric, prefix, de
                               "text only: bleu1-4, meteor, rouge-l, cider, spice)", images)
         if isinstance(captions, (str, bytes)) or not hasattr(captions, "__len__"):
             raise param_error("captions", func, "a list of strings, one per item", captions)
-        from capscore.data.images import ImageRef
 
         images = [ImageRef(name=name("captions", i)) for i in range(len(captions))]
     bad = validate.check_score_args(func, images, captions, refs, name=name, batch_size=batch_size, seed=seed,
                                     context_length=context_length, skip_bad=skip_bad, as_frame=as_frame,
                                     prefix=prefix, device=device, dtype=dtype)
-    from capscore.data.sources import InMemory
-    from capscore.pipeline import ScoreJob, Summary, iter_rows
 
     if all(get_metric(m).backbone_free("image") for m in metrics):
         models = []  # the text-only metrics, and those with their own models ($CAPSCORE_METRIC_WEIGHTS), load none
@@ -191,19 +188,17 @@ def _score(images, captions, refs, *, func: str, name, model, metric, prefix, de
                           "caption with its references)", refs)
     items, index = _items(list(images), captions, refs, bad, name)
     # the job checks the metric names (did-you-mean, the medium) before any model is loaded
-    from capscore.embed.factory import Encoding
-
-    job = ScoreJob(source=InMemory(tuple(items)), models=tuple(models), metrics=tuple(metrics), prefix=prefix,
-                   skip_bad=skip_bad, chunk_size=max(1, len(items)), progress=False,
-                   encoding=Encoding(device=device, dtype=dtype),  # where metrics with their own models run
-                   options={"metric_weights": metric_weights} if metric_weights is not None else {})
+    job = pipeline.ScoreJob(source=InMemory(tuple(items)), models=tuple(models), metrics=tuple(metrics), prefix=prefix,
+                            skip_bad=skip_bad, chunk_size=max(1, len(items)), progress=False,
+                            encoding=Encoding(device=device, dtype=dtype),  # where metrics with their own models run
+                            options={"metric_weights": metric_weights} if metric_weights is not None else {})
     encoders = {}
     for mdl in models if job.encodes else ():
         enc = get_encoder(mdl, device=device, dtype=dtype, cache=cache, batch_size=batch_size, seed=seed,
                           context_length=context_length)
         encoders[mdl if isinstance(mdl, str) else enc.backbone.spec] = enc
     rows, summaries = [], {}
-    for k, r in enumerate(iter_rows(job, encoders=encoders)):
+    for k, r in enumerate(pipeline.iter_rows(job, encoders=encoders)):
         i, j = index[k % len(items)]
         key = (r["model"], r["metric"])
         if key not in summaries:

@@ -52,7 +52,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _version() -> str:
-    from capscore import __version__
+    from capscore._version import __version__
 
     return __version__
 

@@ -74,17 +74,28 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from capscore.embed.factory import Encoding  # noqa: F401  (the job's Encoding: capscore.pipeline.Encoding)
+from capscore.embed.factory import Encoding, make_encoder, open_cache  # Encoding: also capscore.pipeline.Encoding
 from capscore.errors import CapscoreError, InputError, OptionError, braced
-from capscore.report.writers import write_json
+from capscore.report.writers import (
+    JOURNAL, JOURNAL_INPUT, OutputLock, RowWriter, ShardFiles, load_json, open_writer, output_format, output_names,
+    read_rows, repair, write_json,
+)
 from capscore.scores.functional import compute_values
 from capscore.scores.metric import DEFAULT_MODEL as DEFAULT_MODEL  # the default --model of every face
 from capscore.scores.metric import Metric, get_metric, registry
+from capscore._log import progress, warn
+from capscore._table import format_table
+from capscore.data.captions import BadItem
+from capscore.data.records import Record
+from capscore.scores.aggregate import Mean, aggregate_for
+from capscore.scores.learned import weights_dir
+from capscore.scores.specs import is_specs_checkpoint
+from capscore.scores.video import corpus_idf
 
 IMAGE_COLUMNS = ("id", "image", "caption", "system", "model", "metric", "score", "error")
 VIDEO_BASE = ("id", "video", "caption", "system", "model", "metric", "score")
@@ -104,8 +115,6 @@ class FileOutput:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
-        from capscore.report.writers import output_format
-
         if self.resume and self.overwrite:
             raise OptionError("{resume} and {overwrite} contradict each other; choose one")
         output_format(Path(self.path))
@@ -214,7 +223,7 @@ class ScoreJob:
             if "abe" not in self.metrics:
                 raise OptionError("ABE-CLIP's {options:--abe-k/--abe-p/--abe-omega/--concept-pool} apply to "
                                   "{metrics:--metric} abe only")
-            from capscore.scores.abe import make_config
+            from capscore.scores.abe import make_config  # noqa: PLC0415  (deferred: numpy, torch)
 
             make_config(**self.options["abe"])  # unknown options, bad values, a missing pool: before any model loads
         if isinstance(self.output, ShardFolder) and not hasattr(self.source, "shards"):
@@ -232,8 +241,6 @@ def default_metric(*, has_refs: bool, medium: str = "image", models: Sequence = 
     rows also carry the CLIP-S part as image_score; on videos EMScore(X, V, X*)), else CLIP-S -- or the
     SPECS score when every model is a SPECS checkpoint (:func:`capscore.scores.specs.is_specs_checkpoint`)."""
     if not has_refs:
-        from capscore.scores.specs import is_specs_checkpoint
-
         if medium == "image" and models and all(is_specs_checkpoint(m) for m in models):
             return "specs"
         return "clip-s"
@@ -318,9 +325,6 @@ def score_block(items: list, encoder, metric: Metric, *, medium: str, prefix: st
     drops the block's rows (the caller writes what it has, and ``resume`` redoes the block). The Ray
     engine's actors run this same function on their blocks.
     """
-    from capscore.data.captions import BadItem
-    from capscore.data.records import Record
-
     fatal = None
     if not skip_bad:
         k = next((i for i, x in enumerate(items) if isinstance(x, BadItem)), None)
@@ -349,8 +353,6 @@ def load_encoders(job: ScoreJob, *, progress: bool = False, encoding: Encoding |
     """One Encoder per model (name -> Encoder) from :func:`capscore.embed.factory.make_encoder`, sharing one
     cache; Backbones and Encoders are used as given. ``encoding``: instead of the job's (the Ray driver
     loads on the CPU what its actors run on the job's device)."""
-    from capscore.embed.factory import make_encoder, open_cache
-
     if not job.encodes:  # text-only metrics: no model is loaded, nothing imports torch
         return {}
     enc = encoding or job.encoding
@@ -365,8 +367,6 @@ def load_encoders(job: ScoreJob, *, progress: bool = False, encoding: Encoding |
 def check_fit(metric: Metric, backbone, medium: str = "image") -> None:
     """Refuse a backbone that lacks what the metric needs; warn (once) when the weights are not the ones
     the metric was made for (the numbers are still computed)."""
-    from capscore._log import warn
-
     needs = metric.needs(medium)
     if "tokens" in needs and not getattr(backbone, "has_token_features", True):
         raise CapscoreError(f"{metric.name} needs per-token text features, which {backbone.spec} does not expose; "
@@ -384,7 +384,7 @@ def _one(values: list):
 
 def _sampling(job: ScoreJob):
     """The frames a video job scores (default :data:`capscore.data.video.DEFAULT_SAMPLING`)."""
-    from capscore.data.video import DEFAULT_SAMPLING, Sampling
+    from capscore.data.video import DEFAULT_SAMPLING, Sampling  # noqa: PLC0415  (deferred: numpy)
 
     return Sampling.parse(job.options.get("sampling") or DEFAULT_SAMPLING)
 
@@ -419,14 +419,12 @@ class RunConfig:
         if job.medium == "video":
             options.update(frames=str(_sampling(job)), idf=bool(job.options.get("idf")))
         if "abe" in metrics:  # ABE-CLIP: its configuration decides the numbers
-            from capscore.scores.abe import make_config
+            from capscore.scores.abe import make_config  # noqa: PLC0415  (deferred: numpy, torch)
 
             cfg = make_config(**dict(job.options.get("abe") or {}))
             options["abe"] = {"k": cfg.k, "p": cfg.p, "omega": cfg.omega,
                               "pool": str(Path(cfg.pool).expanduser().resolve()) if cfg.pool else "bundled"}
         if any(get_metric(n).own_models for n in metrics):  # the released files decide their numbers
-            from capscore.scores.learned import weights_dir
-
             options["metric_weights"] = str(weights_dir(job.options.get("metric_weights")).resolve())
             if job.options.get("explain"):
                 options["explain"] = True
@@ -480,8 +478,6 @@ class _Tally:
     """Count, mean and the metric's own aggregate (when it has one) of some scored rows."""
 
     def __init__(self, metric: Metric):
-        from capscore.scores.aggregate import Mean, aggregate_for
-
         self.mean = Mean()
         self.own = aggregate_for(metric)
 
@@ -633,8 +629,6 @@ class _Runner:
         options)``: the classic metrics' one ClassicSession, one PTB pass over every text of the run and
         their tool checks, before anything is scored). ``texts`` is None for a source of unknown size
         (sharded input): each block then tokenises its own texts."""
-        from contextlib import ExitStack
-
         with ExitStack() as stack:
             for name, metric in self.metrics.items():
                 hook = getattr(metric.formula(self.job.medium), "session", None)
@@ -645,8 +639,6 @@ class _Runner:
             yield
 
     def _texts(self, prefix: str) -> Iterator[str]:
-        from capscore.data.records import Record
-
         for x in self.job.source.items():
             if isinstance(x, Record) and isinstance(x.caption, str):
                 yield prefix + x.caption
@@ -656,8 +648,6 @@ class _Runner:
         """EMScore's idf for a (model, metric) when asked: over the references, else the captions."""
         if not self.job.options.get("idf") or self.job.medium != "video":
             return None
-        from capscore.data.records import Record
-        from capscore.scores.video import corpus_idf
 
         prefix = self.plan.prefixes[name]
         recs = [x for x in self.job.source.items() if isinstance(x, Record)]
@@ -686,8 +676,6 @@ class _Runner:
         if metric.needs_refs or metric.name in self._warned:
             return
         if any(getattr(x, "refs", ()) for x in chunk):
-            from capscore._log import warn
-
             self._warned.add(metric.name)
             warn(f"metric {metric.name} ignores the references given; a reference-based metric uses them "
                  f"(refclip-s, refpac-s{', emscore-ref' if self.job.medium == 'video' else ''})")
@@ -794,8 +782,6 @@ def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | 
 
 
 def _progress(job: ScoreJob, runner: _Runner):
-    from capscore._log import progress
-
     per_input = job.source.count()
     total = None if per_input is None else per_input * len(runner.combos)
     return progress(total, desc="scoring", unit="caption", disable=None if job.progress else True)
@@ -854,8 +840,6 @@ def _record(config: dict, summaries: Iterable[Summary], totals: dict, job: Score
 
 
 def _run_file(job: ScoreJob, runner: _Runner) -> dict:
-    from capscore.report.writers import load_json, open_writer, read_rows
-
     out = Path(job.output.path)
     columns = runner.plan.columns
     writer, prior = open_writer(out, resume=job.output.resume, overwrite=job.output.overwrite, columns=columns)
@@ -926,8 +910,6 @@ class _Folder:
     shards already done and those to do (see the module docstring)."""
 
     def __init__(self, job: ScoreJob, runner: _Runner, *, keep_journals: bool):
-        from capscore.report.writers import OutputLock, ShardFiles, load_json, output_names
-
         output: ShardFolder = job.output
         self.out = Path(output.path).expanduser()
         self.created = not self.out.exists()
@@ -1041,8 +1023,6 @@ class LocalExecutor:
         return load_encoders(job)
 
     def score_shards(self, runner: _Runner, todo: list, folder: _Folder, bar) -> dict[str, dict]:
-        from capscore.report.writers import JOURNAL, JOURNAL_INPUT, RowWriter, load_json, read_rows, repair
-
         metas = {}
         for name, shard in todo:
             fingerprint = shard.fingerprint()  # before reading: a change meanwhile redoes the shard next time
@@ -1132,8 +1112,6 @@ def format_summary(result: dict, output: FileOutput | ShardFolder, *, quiet: boo
     """What ``capscore score`` prints after a run: a line per (model, metric) — the headline first when the
     metric defines one (:mod:`capscore.scores.aggregate`: corpus BLEU, METEOR's aggregate), then the mean of
     the per-caption scores, named for what they are —, a table per system, the files."""
-    from capscore._table import format_table
-
     runs, lines, table = result["runs"], [], []
     several = len(runs) > 1
     headlines = any(r.get("aggregate") for r in runs)

@@ -27,7 +27,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from PIL import Image
+
 from capscore.errors import CapscoreError, InputError, param_error, short_repr
+from capscore.data.images import ImageRef, check_dimensions
 
 DTYPES = ("fp32", "fp16", "bf16")
 
@@ -93,9 +96,7 @@ def pixel_problem(arr) -> str | None:
 
     Checks emptiness, then the size/aspect guard that image files get, then NaN/inf and the
     float range, in that order (the cheap header-like checks first)."""
-    import numpy as np
-
-    from capscore.data.images import check_dimensions
+    import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
     h, w = (int(arr.shape[0]), int(arr.shape[1])) if arr.ndim >= 2 else (0, 0)
     if arr.size == 0 or h == 0 or w == 0:
@@ -117,14 +118,12 @@ def pixel_problem(arr) -> str | None:
 def image_problem(x) -> str | None:
     """Why one image argument (tensor, array or PIL image) cannot be scored, or None (paths are checked
     when read). Layout and dtype mistakes are left to :func:`pixels_to_pil`, which names the fix."""
-    import numpy as np
-    from PIL import Image
+    import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
     if isinstance(x, Image.Image):
         w, h = x.size
         if w < 1 or h < 1:
             return f"image has no pixels ({w}x{h})"
-        from capscore.data.images import check_dimensions
 
         try:
             check_dimensions((w, h), "image")
@@ -157,8 +156,7 @@ def pixels_to_pil(x, where: str = "image"):
     Values are checked at the boundary (:func:`image_problem`); here the layout and the dtype are: a torch
     tensor that looks channels-last, a numpy array that looks channels-first, other dtypes and ranks are
     refused with the fix, never guessed. Floats are rounded to 8 bits, as saving a PNG would."""
-    import numpy as np
-    from PIL import Image
+    import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
     torch_layout = _is_torch(x)
     arr = x.detach().cpu().numpy() if torch_layout else np.asarray(x)
@@ -190,10 +188,6 @@ def pixels_to_pil(x, where: str = "image"):
 def to_image_ref(x, where: str = "image"):
     """Any accepted image input (path, PIL image, ImageRef, tensor, array) -> :class:`~capscore.data.images.ImageRef`
     named ``where`` in errors."""
-    from PIL import Image
-
-    from capscore.data.images import ImageRef
-
     if isinstance(x, ImageRef):
         return x
     if isinstance(x, (str, os.PathLike)):

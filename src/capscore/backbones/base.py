@@ -10,10 +10,15 @@ from __future__ import annotations
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
+
+from capscore.errors import CapscoreError, param_error
+from capscore.backbones.hashcache import cached_hash, file_fingerprint, source_key
+from capscore.backbones.lazy import LazyBackbone
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -21,7 +26,6 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
-    from capscore.errors import param_error
 
     if dtype not in DTYPES:
         raise param_error("dtype", "load_backbone", f"one of {sorted(DTYPES)}", dtype)
@@ -47,8 +51,6 @@ def resolve_device(device: str | torch.device) -> torch.device:
     one GPU, or a name torch does not know fail with one line naming the device
     and what is available, instead of a traceback deep inside the first forward.
     """
-    from capscore.errors import CapscoreError
-
     if isinstance(device, torch.device):
         dev = device
     else:
@@ -70,6 +72,20 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if dev.type == "mps" and "mps" not in available_devices():
         raise CapscoreError(f"--device {device}: MPS is not available; available here: {', '.join(available_devices())}")
     return dev
+
+
+def pickle_refused(path: str | Path) -> CapscoreError:
+    """The one message for a weights file holding Python objects (refused, never executed)."""
+    return CapscoreError(
+        f"{path}: holds pickled Python objects besides tensors; capscore loads checkpoints only with "
+        "torch.load(weights_only=True) — re-save just the state dict (or use .safetensors)"
+    )
+
+
+def weights_files(folder: str | Path) -> str:
+    """The pickle-format weight files of a model folder, for naming them in an error."""
+    found = sorted(Path(folder).expanduser().glob("*.bin")) + sorted(Path(folder).expanduser().glob("*.pt*"))
+    return ", ".join(str(f) for f in found) or str(folder)
 
 
 def weights_hash(module: torch.nn.Module) -> str:
@@ -159,8 +175,6 @@ class Backbone(ABC):
 
     def set_rgb_order(self, order: str) -> None:
         """``"first"`` (default) or ``"after-crop"`` (the reference scripts' order; see ``rgb_order``)."""
-        from capscore.errors import CapscoreError, param_error
-
         if order not in self.RGB_ORDERS:
             raise param_error("rgb_order", "load_backbone", f"one of {list(self.RGB_ORDERS)}", order)
         if order != "first" and not self.supports_rgb_after_crop:
@@ -185,15 +199,12 @@ class Backbone(ABC):
         """:func:`weights_hash`, remembered per weights file when the loader recorded one."""
         if self._weights_source is None:
             return weights_hash(self.model)
-        from capscore.backbones.hashcache import cached_hash
 
         return cached_hash(self._weights_source, lambda: weights_hash(self.model))
 
     def remember_weights_files(self, files, recipe: str) -> None:
         """Weights were loaded from ``files`` (as ``recipe`` says): their hash may come from the hash cache
         (:mod:`capscore.backbones.hashcache`), keyed by each file's path, size and mtime."""
-        from capscore.backbones.hashcache import file_fingerprint, source_key
-
         fp = file_fingerprint(files)
         self._weights_source = None if fp is None else source_key(fp, f"{type(self).__name__}|{recipe}")
         self._identity = None
@@ -273,8 +284,6 @@ class Backbone(ABC):
 
 
 def _register_stand_in() -> None:
-    from capscore.backbones.lazy import LazyBackbone
-
     Backbone.register(LazyBackbone)  # the warm-run stand-in forwards everything to a real Backbone
 
 

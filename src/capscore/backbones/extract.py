@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from capscore.backbones.base import Backbone
+from capscore.data.images import ImageRef
 
 
 @torch.inference_mode()
@@ -22,8 +23,6 @@ def raw_image_vectors(bb: Backbone, images: Sequence, *, batch_size: int = 64) -
 
     Decoding follows the backbone's ``rgb_order`` (default: RGB on decode, then resize and crop — the
     order of the Polos and DENEB code, which open every image with ``.convert("RGB")``)."""
-    from capscore.data.images import ImageRef
-
     refs = [ImageRef.of(x) for x in images]
     first: dict[str, int] = {}
     uniq: list = []

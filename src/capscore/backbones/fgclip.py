@@ -58,6 +58,7 @@ from capscore._optional import require
 from capscore.backbones.base import resolve_dtype
 from capscore.backbones.hf import HFBackbone, quiet_transformers
 from capscore.errors import CapscoreError
+from capscore.backbones.openai_ckpt import read_state_dict
 
 FAMILY = "fgclip"
 KEEP_LEN = 20  # FG-CLIP's mask1/mask2 split (hard-coded in its CLIPTextEmbeddings)
@@ -96,8 +97,6 @@ class FGClipBackbone(HFBackbone):
 
 def read_fgclip_weights(folder: Path) -> dict[str, torch.Tensor]:
     """The folder's state dict: ``model.safetensors`` (or its sharded index) or ``pytorch_model.bin``."""
-    from capscore.backbones.openai_ckpt import read_state_dict
-
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))

@@ -21,6 +21,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+import hashlib
 
 MAX_ENTRIES = 512
 _lock = threading.Lock()
@@ -47,8 +48,6 @@ def file_fingerprint(files: Sequence[str | os.PathLike]) -> tuple[tuple[str, int
 
 
 def source_key(fingerprint: tuple, recipe: str) -> str:
-    import hashlib
-
     return hashlib.sha256(json.dumps([list(map(list, fingerprint)), recipe]).encode()).hexdigest()[:32]
 
 

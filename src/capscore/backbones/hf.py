@@ -48,8 +48,9 @@ import torch
 from PIL import Image
 
 from capscore._optional import require
-from capscore.backbones.base import Backbone, resolve_dtype
+from capscore.backbones.base import Backbone, pickle_refused, resolve_dtype, weights_files
 from capscore.errors import CapscoreError
+from capscore.backbones.offline import require_hf_repo
 
 SUPPORTED = {"clip": "CLIPModel", "siglip": "SiglipModel"}
 
@@ -204,8 +205,6 @@ def load_hf(
     name, local = _resolve(rest)
     offline = local or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
     if not local:
-        from capscore.backbones.offline import require_hf_repo
-
         require_hf_repo(spec, name, ("config.json",))  # not cached and no network: one line, no retries
     kw = dict(local_files_only=offline, trust_remote_code=trust_remote_code)
     try:
@@ -231,8 +230,6 @@ def load_hf(
             tokenizer = transformers.AutoTokenizer.from_pretrained(name, **kw)
             image_processor = transformers.AutoImageProcessor.from_pretrained(name, **kw)
     except pickle.UnpicklingError:
-        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
-
         raise pickle_refused(weights_files(name) if local else f"hf:{name}") from None
     except (OSError, ValueError, HfHubHTTPError) as e:
         raise CapscoreError(f"{name}: cannot load the model, tokenizer or image processor ({str(e).splitlines()[0][:160]})") from None

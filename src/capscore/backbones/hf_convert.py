@@ -30,10 +30,14 @@ import json
 from pathlib import Path
 
 import torch
+from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
+from open_clip.tokenizer import bytes_to_unicode, default_bpe
+from open_clip.transformer import VisionTransformer
 
 from capscore._optional import require
 from capscore.backbones.openai_ckpt import save_openai_checkpoint
 from capscore.errors import CapscoreError
+from capscore.backbones.hf import quiet_transformers
 
 __all__ = ["write_clip_tokenizer_files", "save_open_clip_as_hf", "save_openai_checkpoint", "open_clip_to_hf_state_dict"]
 
@@ -42,8 +46,6 @@ N_MERGES = 49152 - 256 - 2  # the slice open_clip's SimpleTokenizer (and OpenAI'
 
 
 def _bpe_merges() -> list[str]:
-    from open_clip.tokenizer import default_bpe
-
     lines = gzip.open(default_bpe()).read().decode("utf-8").split("\n")
     return lines[1 : 1 + N_MERGES]  # line 0 is the version header
 
@@ -57,8 +59,6 @@ def write_clip_tokenizer_files(folder: str | Path, *, context_length: int = 77) 
     tokenizer gives the same ids. ``merges.txt`` starts with the
     ``#version: 0.2`` header that HF readers skip.
     """
-    from open_clip.tokenizer import bytes_to_unicode
-
     out = Path(folder).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     merges = _bpe_merges()
@@ -90,8 +90,6 @@ def _activation(block) -> str:
 
 
 def _check_convertible(model) -> None:
-    from open_clip.transformer import VisionTransformer
-
     problems = []
     visual = getattr(model, "visual", None)
     if not isinstance(visual, VisionTransformer):
@@ -211,7 +209,6 @@ def save_open_clip_as_hf(backbone, folder: str | Path) -> Path:
     missing = [k for k in missing if not k.endswith("position_ids")]
     if missing or unexpected:  # a programming error: the mapping above is incomplete
         raise RuntimeError(f"open_clip -> HF mapping incomplete: missing {missing[:3]}, unexpected {unexpected[:3]}")
-    from capscore.backbones.hf import quiet_transformers
 
     with quiet_transformers():
         hf.save_pretrained(out)
@@ -231,8 +228,6 @@ def save_open_clip_as_hf(backbone, folder: str | Path) -> Path:
 
 
 def _normalisation(backbone) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
-
     for t in getattr(getattr(backbone, "_preprocess", None), "transforms", []):
         if type(t).__name__ == "Normalize":
             return tuple(float(x) for x in t.mean), tuple(float(x) for x in t.std)

@@ -28,6 +28,8 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+import sys
+from importlib import metadata
 
 from capscore.backbones import hashcache
 from capscore.errors import CapscoreError
@@ -52,9 +54,6 @@ def code_files() -> list[Path]:
 
 
 def _versions() -> str:
-    import sys
-    from importlib import metadata
-
     out = []
     for dist, module in (("capscore", "capscore"), ("torch", "torch"), ("open_clip_torch", "open_clip"),
                          ("transformers", "transformers")):

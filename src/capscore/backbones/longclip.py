@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from capscore.errors import CapscoreError
+
 KEEP = 20
 RATIO = 4
 
@@ -76,8 +78,6 @@ def resize_text_positions(text: torch.nn.Module, context_length: int, *, keep: i
     plain interpolation (what open_clip's ``force_context_length`` does) is not
     LongCLIP's rule. The causal mask is rebuilt for the new length.
     """
-    from capscore.errors import CapscoreError
-
     pe = text.positional_embedding
     n = pe.shape[0]
     if context_length == n:

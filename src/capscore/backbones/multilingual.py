@@ -37,10 +37,13 @@ from pathlib import Path
 
 import torch
 from PIL import Image
+from safetensors.torch import load_file, save_file
 
 from capscore._optional import require
-from capscore.backbones.base import Backbone, resolve_dtype
+from capscore.backbones.base import Backbone, pickle_refused, resolve_dtype, weights_files
 from capscore.errors import CapscoreError, param_error
+from capscore.backbones.hf import quiet_transformers
+from capscore.backbones.registry import load_backbone
 
 CONFIG_NAME = "capscore_mclip.json"
 PROJECTION_NAME = "projection.safetensors"
@@ -154,10 +157,6 @@ def load_multilingual(
     """``mclip:DIR`` -> :class:`MultilingualBackbone` (see the module docstring for the folder layout)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     transformers = require("transformers", purpose="--model mclip:DIR")
-    from capscore.backbones.hf import quiet_transformers
-    from safetensors.torch import load_file
-
-    from capscore.backbones.registry import load_backbone
 
     folder = Path(rest).expanduser()
     if not folder.is_dir():
@@ -199,8 +198,6 @@ def load_multilingual(
             )
             tokenizer = transformers.AutoTokenizer.from_pretrained(str(folder), **kw)
     except pickle.UnpicklingError:
-        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
-
         raise pickle_refused(weights_files(folder)) from None
     except (OSError, ValueError) as e:
         raise CapscoreError(f"{folder}: cannot load the text encoder or tokenizer ({str(e).splitlines()[0][:160]})") from None
@@ -258,7 +255,6 @@ def save_multilingual(
     """
     if pooling not in POOLINGS:
         raise param_error("pooling", "save_multilingual", f"one of {POOLINGS}", pooling)
-    from safetensors.torch import save_file
 
     out = Path(folder).expanduser()
     out.mkdir(parents=True, exist_ok=True)

@@ -68,7 +68,7 @@ def require_hf_repo(spec: str, repo_id: str, filenames: tuple[str, ...]) -> None
 
 def require_open_clip_weights(spec: str, arch: str, tag: str) -> None:
     """For ``ARCH/TAG`` with a pretrained tag (not a file): raise when the weights are unobtainable."""
-    import open_clip
+    import open_clip  # noqa: PLC0415  (deferred: open_clip)
 
     cfg = open_clip.get_pretrained_cfg(arch, tag) or {}
     if not cfg or "file" in cfg:

@@ -76,10 +76,24 @@ import re
 from pathlib import Path
 
 import torch
+import open_clip
+import warnings
+from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
+from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
+from open_clip.transform import image_transform
+from open_clip.transformer import QuickGELU
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
 
-from capscore.backbones.base import resolve_dtype
-from capscore.backbones.longclip import merge_long_positional, stretch_positional_embedding, stretched_length
-from capscore.errors import CapscoreError, unknown_name
+from capscore.backbones.base import pickle_refused, resolve_dtype
+from capscore.backbones.longclip import (
+    merge_long_positional, split_long_positional, stretch_positional_embedding, stretched_length,
+)
+from capscore.errors import CapscoreError, param_error, unknown_name
+import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs with open_clip)
+from capscore.backbones.convstem import add_conv_stem, stem_from_state_dict
+from capscore.backbones.openclip import OpenClipBackbone, quiet_open_clip_log
+from capscore.backbones.readout import readout_of
 
 FAMILY = "openai-ckpt"
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module")
@@ -111,9 +125,6 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
 
 def read_safetensors(p: Path) -> dict[str, torch.Tensor]:
     """A ``.safetensors`` file's tensors; a file that is not one is a one-line error naming it."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
         return load_file(str(p))
     except (SafetensorError, OSError, ValueError) as e:
@@ -125,23 +136,7 @@ def _first_line(e: BaseException) -> str:
     return text[0][:120] if text else type(e).__name__
 
 
-def pickle_refused(path: str | Path) -> CapscoreError:
-    """The one message for a weights file holding Python objects (refused, never executed)."""
-    return CapscoreError(
-        f"{path}: holds pickled Python objects besides tensors; capscore loads checkpoints only with "
-        "torch.load(weights_only=True) — re-save just the state dict (or use .safetensors)"
-    )
-
-
-def weights_files(folder: str | Path) -> str:
-    """The pickle-format weight files of a model folder, for naming them in an error."""
-    found = sorted(Path(folder).expanduser().glob("*.bin")) + sorted(Path(folder).expanduser().glob("*.pt*"))
-    return ", ".join(str(f) for f in found) or str(folder)
-
-
 def _torch_load(p: Path):
-    import warnings
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # TorchScript dispatch warning; we refuse those below
@@ -232,8 +227,6 @@ def merge_lora(
     A state dict without LoRA keys is returned unchanged.
     """
     if mlp not in LORA_MLP:
-        from capscore.errors import param_error
-
         raise param_error("mlp", "merge_lora", "'ignore' or 'merge'", mlp)
     if not any(k.endswith(("lora_A", "lora_B")) for k in state_dict):
         return state_dict
@@ -291,8 +284,6 @@ def _check_openai_layout(sd: dict, where: str) -> None:
 
 def infer_config(sd: dict[str, torch.Tensor]) -> dict:
     """Architecture from tensor shapes, following OpenAI's ``build_model`` (heads left to the caller)."""
-    from capscore.backbones.convstem import stem_from_state_dict
-
     stem = stem_from_state_dict(sd)
     if "visual.proj" in sd:
         layers = len({k.split(".")[3] for k in sd if k.startswith("visual.transformer.resblocks.")})
@@ -328,10 +319,6 @@ def _registered_match(cfg: dict) -> tuple[tuple[int, int] | None, bool | None]:
     QuickGELU, while ``ViT-B-32`` and ``ViT-B-32-quickgelu`` disagree, so the
     caller falls back to OpenAI's QuickGELU). ``None`` where nothing decides.
     """
-    import open_clip
-
-    import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs)
-
     heads, acts = set(), set()
     for name in open_clip.list_models():
         c = open_clip.get_model_config(name) or {}
@@ -361,9 +348,6 @@ def build_clip(
     ``context_length`` must be the checkpoint's own, LongCLIP's stretch of it
     (77 -> 248), or anything shorter (the table is sliced).
     """
-    import open_clip
-    from open_clip.model import CLIP, CLIPTextCfg, CLIPVisionCfg
-
     sd = merge_long_positional(sd)
     sd = {k: v.float() if v.is_floating_point() else v for k, v in sd.items() if k not in EXTRA_KEYS}
     n = sd["positional_embedding"].shape[0]
@@ -380,7 +364,6 @@ def build_clip(
             )
     cfg = infer_config(sd)
     stem = cfg.pop("conv_stem")
-    from capscore.backbones.openclip import quiet_open_clip_log
 
     # construction draws random init we overwrite: keep callers' RNG intact, and open_clip quiet about it
     with torch.random.fork_rng(devices=[]), quiet_open_clip_log():
@@ -402,7 +385,6 @@ def build_clip(
             model = CLIP(cfg["embed_dim"], vision_cfg=CLIPVisionCfg(**v), text_cfg=CLIPTextCfg(**t),
                          quick_gelu=True if quick_gelu is None else quick_gelu)
         if stem is not None:  # add_conv_stem refuses a tower without a patchify conv1, in one line
-            from capscore.backbones.convstem import add_conv_stem
 
             add_conv_stem(model, stem, where=where)
     model = model.float()
@@ -421,9 +403,6 @@ def build_clip(
 def openai_preprocess(image_size: int, *, mean_std: tuple | None = None):
     """OpenAI CLIP's eval transform: bicubic resize (short side), center crop, RGB, OpenAI mean/std
     (or ``mean_std = (mean, std)``)."""
-    from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
-    from open_clip.transform import image_transform
-
     mean, std = mean_std or (OPENAI_DATASET_MEAN, OPENAI_DATASET_STD)
     return image_transform(image_size, is_train=False, mean=mean, std=std,
                            resize_mode="shortest", interpolation="bicubic")
@@ -471,8 +450,6 @@ def load_openai_checkpoint(
     ``seed`` is unused (all weights come from the file); it is accepted for the
     registry's uniform call. See the module docstring for every choice made.
     """
-    from capscore.backbones.readout import readout_of
-
     path, opts = parse_spec_options(rest)
     arch = opts.get("arch", arch)
     if "quick_gelu" in opts:
@@ -505,10 +482,6 @@ def backbone_from_state_dict(sd: dict[str, torch.Tensor], *, spec: str, where: s
     DENEB's ``pacs_clip.*``). ``mean_std``: the normalisation of the image transform (default OpenAI's;
     DENEB's open_clip ViT-L-14 ``laion2b_s32b_b82k`` transform uses (0.5, 0.5, 0.5) for both).
     """
-    import open_clip
-
-    from capscore.backbones.openclip import OpenClipBackbone
-
     _check_openai_layout(sd, where)
     model = build_clip(sd, where=where, arch=arch, quick_gelu=quick_gelu, context_length=context_length)
     ctx = int(model.positional_embedding.shape[0])
@@ -521,8 +494,6 @@ def backbone_from_state_dict(sd: dict[str, torch.Tensor], *, spec: str, where: s
 
 # --------------------------------------------------------------------------- writing
 def _uses_quick_gelu(model: torch.nn.Module) -> bool | None:
-    from open_clip.transformer import QuickGELU
-
     kinds = {isinstance(m, QuickGELU) for m in model.modules() if isinstance(m, (QuickGELU, torch.nn.GELU))}
     return kinds.pop() if len(kinds) == 1 else None
 
@@ -531,7 +502,6 @@ def _saved_metadata(path: Path) -> dict[str, str]:
     """A safetensors file's metadata, where capscore records what it saved ({}: none, or not safetensors)."""
     if path.suffix != ".safetensors":
         return {}
-    from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -552,11 +522,7 @@ def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain")
     (``scenes-tiny-v4``'s, :mod:`capscore.backbones.readout`) is recorded in the safetensors metadata
     (``capscore.readout``), and refused for a .pt/.pth file, which has nowhere to record it.
     """
-    from capscore.backbones.longclip import split_long_positional
-
     if layout not in ("plain", "pacs", "longclip"):
-        from capscore.errors import param_error
-
         raise param_error("layout", "save_openai_checkpoint", "one of 'plain', 'pacs', 'longclip'", layout)
     model = backbone.model
     readout = getattr(backbone, "readout", "class")
@@ -571,7 +537,6 @@ def save_openai_checkpoint(backbone, path: str | Path, *, layout: str = "plain")
     if p.suffix == ".safetensors":
         if layout == "pacs":
             raise CapscoreError(f"{p}: the 'pacs' layout wraps the dict and needs a .pt/.pth file")
-        from safetensors.torch import save_file
 
         # Record the activation: the state dict cannot tell GELU from QuickGELU (see build_clip); and a
         # global read-out other than CLIP's, which the state dict cannot tell either (backbones/readout.py).

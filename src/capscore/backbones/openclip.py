@@ -26,9 +26,10 @@ from PIL import Image
 
 from capscore._log import warn
 from capscore.errors import CapscoreError
-from capscore.backbones.base import Backbone, resolve_dtype
+from capscore.backbones.base import Backbone, pickle_refused, resolve_dtype, weights_files
 from capscore.backbones.convstem import CONV_STEMS, add_conv_stem
 from capscore.backbones.readout import READOUTS, readout_of, second_order_pool, word_mask
+from capscore.backbones.longclip import resize_text_positions
 
 CONFIG_DIR = Path(__file__).parent / "configs"
 open_clip.add_model_config(CONFIG_DIR)  # capscore's own architectures (scenes-tiny-v1 ... v4)
@@ -109,11 +110,7 @@ class OpenClipBackbone(Backbone):
     def set_context_length(self, context_length: int) -> None:
         """77 -> 248 by LongCLIP's knowledge-preserved stretch, or a shorter slice (see
         :func:`capscore.backbones.longclip.resize_text_positions`)."""
-        from capscore.backbones.longclip import resize_text_positions
-
         if not self._fast_text:
-            from capscore.errors import CapscoreError
-
             raise CapscoreError(f"{self.spec}: changing the context length needs a causal CLIP text tower")
         resize_text_positions(self._text, context_length)
         self.context_length = int(self._text.positional_embedding.shape[0])
@@ -270,7 +267,6 @@ def load_open_clip(
     try:  # open_clip's own 'No pretrained weights...' is hidden (_seeded_create): we warned already
         model, preprocess = _seeded_create(arch, pretrained=tag, seed=seed)
     except pickle.UnpicklingError:  # torch.load(weights_only=True) refused Python objects in the file
-        from capscore.backbones.openai_ckpt import pickle_refused, weights_files
 
         raise pickle_refused(tag or weights_files(arch.split(":", 1)[1]) if arch.startswith("local-dir:")
                              else tag or arch) from None

@@ -21,11 +21,19 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
+import os
+import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from capscore.errors import CapscoreError, unknown_name
+from capscore._table import format_table
+from capscore._version import __version__
+from capscore.backbones import lazy as lz
+from capscore.backbones.offline import require_hf_repo, require_open_clip_weights
 
 if TYPE_CHECKING:  # the registry itself imports no torch: argument checks stay cheap
     from capscore.backbones.base import Backbone
@@ -94,11 +102,8 @@ def known_architectures() -> list[str] | None:
     files without importing open_clip (which imports torch and transformers); None if it is not installed.
     ``open_clip.list_models()`` returns the same names; once open_clip is imported, that list is used
     (it also holds configs added with ``open_clip.add_model_config`` at run time)."""
-    import importlib.util
-    import sys
-
     if "open_clip" in sys.modules:  # already paid for: its list also has configs added at run time
-        import capscore.backbones.openclip  # noqa: F401  (registers capscore's configs)
+        import capscore.backbones.openclip  # noqa: F401, PLC0415  (deferred: numpy, open_clip, torch; registers capscore's configs)
 
         return sorted(sys.modules["open_clip"].list_models())
     try:
@@ -107,7 +112,6 @@ def known_architectures() -> list[str] | None:
         return None
     if found is None or not found.submodule_search_locations:
         return None
-    import os
 
     dirs = [Path(loc) / "model_configs" for loc in found.submodule_search_locations] + [CONFIG_DIR]
     names = {p.stem for d in dirs if d.is_dir() for p in d.glob("*.json")}
@@ -139,14 +143,12 @@ def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False
     if not rest.startswith(("hf-hub:", "local-dir:")):
         _check_architecture(rest.partition("/")[0], known_architectures(),  # before importing open_clip
                             bare=spec == rest and "/" not in rest)
-    import open_clip
+    import open_clip  # noqa: PLC0415  (deferred: open_clip)
 
-    from capscore.backbones.openclip import load_open_clip  # also registers capscore's configs
+    from capscore.backbones.openclip import load_open_clip  # noqa: PLC0415  (deferred: numpy, open_clip, torch); also registers capscore's configs
 
     if rest.startswith(("hf-hub:", "local-dir:")):
         if rest.startswith("hf-hub:"):
-            from capscore.backbones.offline import require_hf_repo
-
             require_hf_repo(spec, rest[len("hf-hub:"):], ("open_clip_config.json",))  # fail fast offline
         return load_open_clip(rest, "schema", spec=spec, **opts)  # open_clip resolves the weights
     arch, _, tag = rest.partition("/")  # the architecture was checked above
@@ -156,8 +158,6 @@ def _load_openclip_spec(rest: str, *, spec: str, trust_remote_code: bool = False
             hint = unknown_name(f"pretrained tag for {arch}", tag, tags)
             raise CapscoreError(f"{hint} (or give a path to a weights file)")
         if tag in tags:
-            from capscore.backbones.offline import require_open_clip_weights
-
             require_open_clip_weights(spec, arch, tag)  # not cached and no network: one line, no minute of retries
     return load_open_clip(arch, tag or None, spec=spec, **opts)
 
@@ -208,14 +208,12 @@ def load_backbone(
     forward pass needs it (a run served from the embedding cache never does); see that module.
     """
 
-    from capscore.backbones.base import resolve_device, resolve_dtype
+    from capscore.backbones.base import resolve_device, resolve_dtype  # noqa: PLC0415  (deferred: numpy, torch)
 
     resolve_device(device)  # fail before loading any weights
     resolve_dtype(dtype)
     adapter, rest = parse_model_spec(spec)
     if lazy:
-        from capscore.backbones import lazy as lz
-
         files = weights_files(adapter, rest)
         key = None if not files or lz.env_disabled() else lz.facts_key(
             files, f"{spec}|{device}|{dtype}|seed={seed}|ctx={context_length}|rgb={rgb_order}|remote={trust_remote_code}")
@@ -260,10 +258,6 @@ def weights_files(adapter: Adapter, rest: str) -> list[Path]:
 
 def _recipe(bb, spec: str, dtype: str, context_length: int | None, seed: int) -> str:
     """Everything besides the files that decides the loaded parameters (see capscore.backbones.hashcache)."""
-    import sys
-
-    from capscore import __version__
-
     versions = [__version__] + [getattr(sys.modules.get(m), "__version__", "-") for m in ("torch", "open_clip")]
     return (f"{spec}|{dtype}|{bb.dtype}|ctx={context_length}/{bb.context_length}|seed={seed}"
             f"|readout={getattr(bb, 'readout', '-')}|{'/'.join(map(str, versions))}")
@@ -302,10 +296,6 @@ def grammar_markdown() -> str:
 def describe_models(width: int = 100) -> str:
     """``capscore models``: the grammar (the README's rows, without Markdown marks), then each bundled
     model with its one-line purpose; every line fits in ``width`` columns."""
-    import textwrap
-
-    from capscore._table import format_table
-
     plain = lambda text: text.replace("`", "").replace("**", "")  # noqa: E731
     wrap = lambda text, indent: textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent,  # noqa: E731
                                               break_on_hyphens=False, break_long_words=False)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import hashlib
+from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
 
 from capscore.backbones.openai_ckpt import _first_line, read_safetensors
 from capscore.errors import CapscoreError
@@ -75,8 +77,6 @@ def _stand_ins(names: Iterable[str]) -> list[tuple[type, str]]:
 
 
 def _torch_load(path: Path) -> object:
-    from torch.serialization import get_unsafe_globals_in_checkpoint, safe_globals
-
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:
@@ -200,8 +200,6 @@ def shape_of(sd: Mapping[str, torch.Tensor], key: str, *, where: str) -> tuple[i
 
 def file_digest(paths: Sequence[Path]) -> str:
     """A short SHA-256 over the bytes of ``paths`` (tokenizer and config files: part of an identity)."""
-    import hashlib
-
     h = hashlib.sha256()
     for p in paths:
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")

@@ -31,6 +31,7 @@ import torch
 
 from capscore.backbones.base import resolve_device, resolve_dtype, weights_hash
 from capscore.errors import CapscoreError
+from capscore.backbones.released import file_digest
 
 #: Files of the tokenizer/config folder that decide the vectors (hashed into the identity).
 TOKENIZER_FILES = ("config.json", "tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
@@ -198,7 +199,6 @@ def load_sentence_encoder(state: Mapping[str, torch.Tensor], folder: str | Path,
     except (OSError, ValueError) as e:
         raise CapscoreError(f"{base}: no usable tokenizer files ({' '.join(str(e).split())[:160]})") from None
     digest_files = [base / f for f in TOKENIZER_FILES if (base / f).is_file()]
-    from capscore.backbones.released import file_digest
 
     enc = SentenceEncoder(model, tokenizer, name=base.name, files_digest=file_digest(digest_files))
     return enc.to(device, dtype)

@@ -32,9 +32,11 @@ from pathlib import Path
 
 import torch
 from PIL import Image
+import hashlib
 
 from capscore.backbones.base import resolve_device, resolve_dtype
 from capscore.errors import CapscoreError
+from capscore.backbones.released import file_digest
 
 #: LLaVA's ``conv_llava_v1``: system prompt, roles, separators (SeparatorStyle.TWO).
 LLAVA_V1_SYSTEM = ("A chat between a curious human and an artificial intelligence assistant. "
@@ -115,8 +117,6 @@ def load_vlm(folder: str | Path, *, device: str = "cpu", dtype: str = "fp32",
     ``dtype``: the authors ran float16 on GPUs. Remote code only with ``trust_remote_code=True``."""
     from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, LlavaForConditionalGeneration
 
-    from capscore.backbones.released import file_digest
-
     base = Path(folder).expanduser()
     if not (base / "config.json").is_file():
         raise CapscoreError(f"{base}: no config.json (a LLaVA model folder in the transformers layout, e.g. "
@@ -137,7 +137,6 @@ def load_vlm(folder: str | Path, *, device: str = "cpu", dtype: str = "fp32",
         raise CapscoreError(f"{base}: cannot load the LLaVA folder ({' '.join(str(e).split())[:200]})") from None
     small = [base / f for f in SMALL_FILES if (base / f).is_file()]
     weights = sorted(p for p in base.iterdir() if p.suffix in (".safetensors", ".bin"))
-    import hashlib
 
     sizes = hashlib.sha256("|".join(f"{p.name}:{p.stat().st_size}" for p in weights).encode()).hexdigest()[:8]
     digest = f"{file_digest(small)}-{sizes}"  # the weights by name and size: hashing 26 GB per load is not worth it

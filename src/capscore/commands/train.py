@@ -68,7 +68,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from capscore.errors import CapscoreError
-    from capscore.train.options import TrainSpec
+    from capscore.train.spec import TrainSpec
     from capscore.train.run import build_stages, format_run, run_stages
 
     if args.stage is not None and args.config is None:

@@ -50,6 +50,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+import re
 
 from capscore.data.images import ImageRef
 from capscore.data.records import Record
@@ -327,8 +328,6 @@ _NO_CANDIDATES = object()  # {id: []}: an image given an empty list of captions
 
 def _coco_number(images: ImageIndex) -> dict[int, str]:
     """numeric id -> image id, for stems ending in a number (COCO_val2014_000000000042 -> 42)."""
-    import re
-
     out: dict[int, str] = {}
     for stem in images.by_id:
         m = re.search(r"(\d+)$", stem)

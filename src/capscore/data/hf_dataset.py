@@ -27,7 +27,7 @@ from pathlib import Path
 
 from capscore._optional import require
 from capscore.data.parquet import _first_line, columns_for, items_from_batches
-from capscore.data.shards import SourceOptions, expect_files
+from capscore.data.shard_options import SourceOptions, expect_files
 from capscore.errors import InputError
 
 

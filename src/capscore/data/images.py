@@ -56,7 +56,7 @@ def to_rgb(im: Image.Image, where: str = "<image>") -> Image.Image:
     if im.mode in ("RGB",):
         return im
     if im.mode.startswith("I;16") or im.mode in ("I", "F"):
-        import numpy as np
+        import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
         a = np.asarray(im, dtype=np.float64)
         if not np.isfinite(a).all():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,8 +73,6 @@ def text_name(name: str) -> str:
     shown as U+FFFD, so a system named after the file can be written to every output."""
     if not _SURROGATE.search(name):
         return name
-    import os
-
     try:
         return os.fsencode(name).decode("utf-8", errors="replace")
     except UnicodeEncodeError:  # a surrogate that is no escaped byte

@@ -23,23 +23,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from capscore.data.shard_options import SourceOptions
 from capscore.errors import CapscoreError, InputError
+from capscore.data.captions import BadItem
+from capscore.data.hf_dataset import list_arrow_files, read_arrow_file
+from capscore.data.parquet import list_parquet_files, read_parquet_file
+from capscore.data.webdataset import list_tar_shards, read_tar_shard
 
 KINDS = ("webdataset", "parquet", "hf")
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """Where the caption, image, id and references live in a sample (all configurable on the CLI)."""
-
-    caption_key: str = "txt"  # WebDataset: the member extension holding the caption
-    refs_key: str | None = None  # WebDataset: a field of KEY.json; Parquet/HF: a list<string> column
-    image_column: str = "image"  # Parquet/HF: bytes, {bytes, path} struct (HF Image) or a path string
-    caption_column: str | None = None  # Parquet/HF: default "caption", or "text" when there is none
-    id_column: str | None = None  # Parquet/HF: default "key", then "id", then FILE:ROW
-    #: Largest WebDataset member (declared size in its tar header) or Parquet/Arrow image cell read into
-    #: memory, in bytes; a bigger one makes its sample an error row naming ``shard:key`` / ``file:row``.
-    max_member_bytes: int = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -59,16 +50,10 @@ class Shard:
 def list_shards(kind: str, spec: str, *, split: str | None = None) -> list[Shard]:
     """Shards of a source; raises InputError naming what is missing."""
     if kind == "webdataset":
-        from capscore.data.webdataset import list_tar_shards
-
         paths = list_tar_shards(spec)
     elif kind == "parquet":
-        from capscore.data.parquet import list_parquet_files
-
         paths = list_parquet_files(spec)
     elif kind == "hf":
-        from capscore.data.hf_dataset import list_arrow_files
-
         paths = list_arrow_files(spec, split=split)
     else:  # pragma: no cover - callers pass one of KINDS
         raise CapscoreError(f"unknown source kind {kind!r}")
@@ -82,8 +67,6 @@ def read_shard(shard: Shard, options: SourceOptions = SourceOptions()) -> Iterat
     Arrow file) ends with one :class:`BadItem` naming it, after whatever it
     yielded before: an error row with ``--skip-bad``, a one-line error without.
     """
-    from capscore.data.captions import BadItem
-
     try:
         yield from _reader(shard, options)
     except InputError as e:
@@ -93,14 +76,9 @@ def read_shard(shard: Shard, options: SourceOptions = SourceOptions()) -> Iterat
 
 def _reader(shard: Shard, options: SourceOptions) -> Iterator:
     if shard.kind == "webdataset":
-        from capscore.data.webdataset import read_tar_shard
-
         return read_tar_shard(shard.path, name=shard.name, options=options)
     if shard.kind == "parquet":
-        from capscore.data.parquet import read_parquet_file
-
         return read_parquet_file(shard.path, name=shard.name, options=options)
-    from capscore.data.hf_dataset import read_arrow_file
 
     return read_arrow_file(shard.path, name=shard.name, options=options)
 
@@ -118,12 +96,3 @@ def partition_names(paths: list[str]) -> list[str]:
     if len(set(names)) != len(names):  # a.tar and a.tar.gz in one folder: fall back to a hash suffix
         names = [f"{n}-{hashlib.sha1(p.encode()).hexdigest()[:8]}" for n, p in zip(names, paths)]
     return names
-
-
-def expect_files(paths: list[str], spec: str, what: str) -> list[str]:
-    if not paths:
-        raise InputError(spec, f"no {what} found")
-    for p in paths:
-        if not os.path.isfile(p):
-            raise InputError(p, f"{what} not found")
-    return paths

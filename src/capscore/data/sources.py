@@ -18,11 +18,14 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from capscore.errors import CapscoreError
+from capscore.data.captions import index_images, load_refs, read_captions
+from capscore.data.jsonl import text_name
+from capscore.data.shards import list_shards, read_shard
 
 if TYPE_CHECKING:  # capscore.data.shards imports the engine (torch): not at `capscore --help` time
     from capscore.data.shards import Shard, SourceOptions
@@ -53,12 +56,10 @@ class CaptionFiles:
 
     def open(self) -> "CaptionFiles":
         """Index the media and read the references; whole-file problems surface here, before any model loads."""
-        from capscore.data.captions import index_images, load_refs
-
         if self.media is None:
             self._index = False  # opened, without an index
         elif self.medium == "video":
-            from capscore.data.video import index_videos
+            from capscore.data.video import index_videos  # noqa: PLC0415  (deferred: numpy)
 
             self._index = index_videos(self.media)
         else:
@@ -68,8 +69,6 @@ class CaptionFiles:
         return self
 
     def items(self) -> Iterator:
-        from capscore.data.captions import read_captions
-
         if self._index is None:
             self.open()
         # a list of readers, not a generator: read_captions checks each whole file when called
@@ -111,8 +110,6 @@ class ShardedSource:
 
     @classmethod
     def list(cls, kind: str, spec: str, options: SourceOptions, *, split: str | None = None) -> "ShardedSource":
-        from capscore.data.shards import list_shards
-
         return cls(kind, spec, tuple(list_shards(kind, spec, split=split)), options)
 
     @property
@@ -123,16 +120,10 @@ class ShardedSource:
         name = p.name if p.is_dir() else p.stem
         if any(c in name for c in "{*?["):
             name = p.parent.name
-        from capscore.data.jsonl import text_name
-
         return text_name(name) or self.kind
 
     def read(self, shard: Shard) -> Iterator:
         """One shard's items in order, each tagged with :attr:`system`."""
-        from dataclasses import replace
-
-        from capscore.data.shards import read_shard
-
         system = self.system
         for item in read_shard(shard, self.options):
             yield item if item.system else replace(item, system=system)

@@ -64,6 +64,7 @@ from PIL import Image, ImageSequence, UnidentifiedImageError
 from capscore._optional import require
 from capscore.data.images import MAX_PIXELS, check_dimensions
 from capscore.errors import CapscoreError, InputError
+from capscore.data.captions import ImageIndex, index_images
 
 VIDEO_SUFFIXES = (".mp4", ".webm", ".mkv", ".avi", ".mov", ".m4v")
 ANIMATED_SUFFIXES = (".gif", ".webp", ".png", ".apng")
@@ -442,8 +443,6 @@ def index_videos(videos: str | os.PathLike):
     """``--videos``: a folder (id = file stem of each video file or animated image, or the name of
     each sub-folder of frames) or a CSV/JSONL manifest with ``id`` and ``path`` (as for ``--images``).
     Returns a :class:`~capscore.data.captions.ImageIndex`, so captions files resolve ids the same way."""
-    from capscore.data.captions import ImageIndex, index_images
-
     path = Path(videos).expanduser()
     if not path.is_dir():
         if not path.exists():
@@ -466,3 +465,13 @@ def index_videos(videos: str | os.PathLike):
         raise InputError(str(path), "--videos folder holds no videos",
                          expected=f"files ending in {', '.join(FOLDER_VIDEO_SUFFIXES)} or folders of frames")
     return ImageIndex(path, by_id, str(path))
+
+
+def video_of(rec):
+    """The :class:`VideoRef` of a record (records from caption files carry an ImageRef with the path)."""
+    v = rec.image
+    if isinstance(v, VideoRef):
+        return v
+    if getattr(v, "path", None) is None:
+        raise InputError(rec.source or f"item {rec.id}", "no video path")
+    return VideoRef(path=v.path, name=f"{rec.source}: video {v.path}" if rec.source else v.name)

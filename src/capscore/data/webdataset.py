@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath
 from capscore._optional import require
 from capscore.data.captions import BadItem
 from capscore.data.records import Record
-from capscore.data.shards import SourceOptions, expect_files
+from capscore.data.shard_options import SourceOptions, expect_files
 from capscore.data.images import ImageRef
 from capscore.errors import InputError
 

@@ -5,6 +5,8 @@ every job carries) is importable without torch: ``capscore --help`` stays fast.
 """
 from importlib import import_module
 
+from capscore.data.images import ImageRef
+
 _WHERE = {"Encoder": "engine", "MemoryCache": "engine", "TokenFeatures": "engine", "EmbeddingCache": "cache",
           "Encoding": "factory", "make_encoder": "factory"}
 
@@ -13,8 +15,6 @@ __all__ = ["Encoder", "Encoding", "EmbeddingCache", "MemoryCache", "ImageRef", "
 
 def __getattr__(name: str):
     if name == "ImageRef":
-        from capscore.data.images import ImageRef
-
         return ImageRef
     if name in _WHERE:
         return getattr(import_module(f"capscore.embed.{_WHERE[name]}"), name)

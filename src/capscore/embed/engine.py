@@ -36,11 +36,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from capscore._log import warn
+from capscore._log import open_bar, warn
 from capscore.backbones.base import Backbone
 from capscore.embed.cache import EmbeddingCache, cache_key
 from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError
+from capscore.data.video import DEFAULT_SAMPLING, Sampling, VideoRef
 
 
 class MemoryCache:
@@ -471,8 +472,6 @@ class Encoder:
         several videos share image batches. A bad video raises :class:`InputError` naming it,
         or with ``errors`` is recorded there (index -> message) and its entry is None.
         """
-        from capscore.data.video import DEFAULT_SAMPLING, Sampling, VideoRef
-
         bb = self.backbone
         sampling = DEFAULT_SAMPLING if sampling is None else Sampling.parse(sampling)
         refs = [VideoRef.of(v) for v in videos]
@@ -550,7 +549,6 @@ class Encoder:
     def _bar(self, total: int, what: str):
         if not self.progress or total == 0:
             return None
-        from capscore._log import open_bar
 
         return open_bar(total, desc=f"encoding {what}", unit=what[:-1])
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capscore.errors import CapscoreError, param_error
+from capscore.backbones import load_backbone
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,6 @@ class Encoding:
 
 def load_model(spec: str, encoding: Encoding, *, lazy: bool = False):
     """The backbone ``spec`` names, loaded as ``encoding`` says (``lazy``: see the module docstring)."""
-    from capscore.backbones import load_backbone
-
     e = encoding
     return load_backbone(spec, device=e.device, dtype=e.dtype, seed=e.seed, context_length=e.context_length,
                          trust_remote_code=e.trust_remote_code, rgb_order=e.rgb_order, lazy=lazy)
@@ -58,8 +57,8 @@ def load_model(spec: str, encoding: Encoding, *, lazy: bool = False):
 
 def open_cache(encoding: Encoding):
     """The vector store ``encoding`` asks for: the persistent cache, or a bounded one in memory."""
-    from capscore.embed.cache import EmbeddingCache
-    from capscore.embed.engine import MemoryCache
+    from capscore.embed.cache import EmbeddingCache  # noqa: PLC0415  (deferred: numpy)
+    from capscore.embed.engine import MemoryCache  # noqa: PLC0415  (deferred: numpy, torch)
 
     return EmbeddingCache(encoding.cache_dir) if encoding.cache else MemoryCache()
 
@@ -67,8 +66,8 @@ def open_cache(encoding: Encoding):
 def make_encoder(model, encoding: Encoding = Encoding(), *, store=None, progress: bool = False):
     """An :class:`~capscore.embed.engine.Encoder` of ``model`` (a ``--model`` string, a Backbone, or an Encoder,
     returned as is) as ``encoding`` says; ``store``: an opened cache to share (default :func:`open_cache`)."""
-    from capscore.backbones import Backbone
-    from capscore.embed.engine import Encoder
+    from capscore.backbones import Backbone  # noqa: PLC0415  (deferred: numpy, torch)
+    from capscore.embed.engine import Encoder  # noqa: PLC0415  (deferred: numpy, torch)
 
     if isinstance(model, Encoder):
         return model

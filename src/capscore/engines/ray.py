@@ -66,9 +66,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import copy
+import logging
+
+from PIL import Image
 
 from capscore.engines import require_ray
-from capscore.errors import CapscoreError
+from capscore.errors import CapscoreError, InputError, param_error
+from capscore.data.images import ImageRef
+from capscore.data.records import Record
+from capscore.embed.cache import cache_key
+from capscore.embed.factory import Encoding, make_encoder
+from capscore.pipeline import Summary, load_encoders
+from capscore.report.writers import ShardFiles, load_json, parse_part, part_name, write_part
+from capscore.scores.metric import get_metric
 
 BLOCK_ROWS = 256  # items per block leaving a read task
 TASK_CPUS = 0.5  # logical CPUs a read or decode task reserves
@@ -126,10 +137,6 @@ def prepare_block(batch, *, backbone):
     as the single-process engine."""
     import pyarrow as pa
 
-    from capscore.data.records import Record
-    from capscore.embed.factory import Encoding, make_encoder
-    from capscore.errors import InputError
-
     decoder = make_encoder(backbone, Encoding(cache=False))  # its _decode: the engine's RGB-order rule
     keys, pixels, seen = [], [], set()
     for blob in batch.column("item").to_pylist():
@@ -157,9 +164,7 @@ class ScoreActor:
 
     def __init__(self, *, model: str, model_index: int, encoding, plan, threads: int, pixel_shape, out: str,
                  fmt: str, names: tuple):
-        import torch
-
-        from capscore.embed.factory import make_encoder
+        import torch  # noqa: PLC0415  (deferred: torch)
 
         torch.set_num_threads(threads)
         self.encoder = make_encoder(model, replace(encoding, workers=threads))
@@ -168,10 +173,7 @@ class ScoreActor:
         self.out, self.fmt, self.names = Path(out), fmt, names
 
     def __call__(self, batch):
-        import torch
-
-        from capscore.pipeline import Summary
-        from capscore.report.writers import ShardFiles, part_name, write_part
+        import torch  # noqa: PLC0415  (deferred: torch)
 
         cols = {c: batch.column(c).to_pylist() for c in ("shard", "pos", "end", "item", "key", "px")}
         have = [i for i, px in enumerate(cols["px"]) if px]
@@ -226,8 +228,6 @@ def commit_shard(out: str, name: str, fmt: str, columns: tuple, n_models: int, n
     """Ray task: the shard file ``out/<name>.<fmt>`` from its part files, (model, metric) after (model,
     metric), each in position order (:meth:`ShardFiles.commit`: sidecar, file, parts removed). Returns the
     sidecar."""
-    from capscore.report.writers import ShardFiles, load_json, parse_part
-
     files = ShardFiles(Path(out), fmt)
     folder = files.parts(name)
     if not folder.is_dir() and files.path(name).is_file() and load_json(files.sidecar(name)) == meta:
@@ -302,8 +302,6 @@ class Tracker:
             self._commit(s)
 
     def _check(self, s: int, m: int, k: int) -> None:
-        from capscore.pipeline import Summary
-
         done = self.done.setdefault(s, {})
         key = (self.models[m], self.metrics[k])
         if key in done:
@@ -380,8 +378,6 @@ def default_workers(device: str, cpus: float, gpus: float, gpus_per_worker: floa
 def _init(ray, opts: RayOptions):
     """Join (or start) the cluster named by ``opts.address``; Ray's own logs and progress bars only when
     ``opts.verbose`` (capscore prints its own progress; failures still raise)."""
-    import logging
-
     from ray.data import DataContext
 
     if not opts.verbose:  # no Ray / Ray Data INFO lines ("execution finished in …"), no C++ core-worker notices
@@ -425,11 +421,9 @@ def preprocess_only(backbone):
     Shipping ``backbone.preprocess`` as is would pickle the whole model into
     every read task (580 MB for a ViT-B/32); the transforms alone are a few KB.
     """
-    import copy
+    import torch  # noqa: PLC0415  (deferred: torch)
 
-    import torch
-
-    from capscore.backbones.base import Backbone
+    from capscore.backbones.base import Backbone  # noqa: PLC0415  (deferred: torch)
 
     light = copy.copy(backbone)
     for name, value in vars(backbone).items():
@@ -480,9 +474,6 @@ class RayExecutor:
     def encoders(self, job):
         """The driver's encoders: each model loaded on the CPU with the job's dtype, seed, context and RGB order,
         so its identity is the one the actors' copies have; refuses what block-by-block scoring cannot do."""
-        from capscore.pipeline import load_encoders
-        from capscore.scores.metric import get_metric
-
         require_ray()
         if job.medium != "image":
             raise CapscoreError("the Ray engine scores images; score videos with the local engine")
@@ -493,8 +484,6 @@ class RayExecutor:
         return load_encoders(job, encoding=replace(job.encoding, device="cpu", cache=False))
 
     def score_shards(self, runner, todo: list, folder, bar) -> dict[str, dict]:
-        from PIL import Image
-
         ray = require_ray()
         _init(ray, self.options)
         enc = runner.job.encoding
@@ -524,10 +513,9 @@ class _EncodeWorker:
     one-entry store): the driver's encoder holds the run's cache."""
 
     def __init__(self, *, spec: str, encoding, threads: int):
-        import torch
+        import torch  # noqa: PLC0415  (deferred: torch)
 
-        from capscore.embed.engine import MemoryCache
-        from capscore.embed.factory import make_encoder
+        from capscore.embed.engine import MemoryCache  # noqa: PLC0415  (deferred: torch)
 
         torch.set_num_threads(threads)
         self.encoder = make_encoder(spec, replace(encoding, cache=False, workers=threads),
@@ -591,8 +579,6 @@ class RayEncoder:
 
     def _missing(self, kind: str, items: dict) -> list:
         """(cache key, input) of the ``items`` (content key -> input) the local cache lacks."""
-        from capscore.embed.cache import cache_key
-
         keys = {cache_key(self.local.backbone.identity, kind, k): x for k, x in items.items()}
         found = self.local.cache.get_many(list(keys))
         return [(k, x) for k, x in keys.items() if k not in found]
@@ -606,9 +592,6 @@ class RayEncoder:
         return self.local.encode_texts(texts)
 
     def encode_images(self, images, *, errors: dict[int, str] | None = None, patches: bool = False):
-        from capscore.data.images import ImageRef
-        from capscore.errors import InputError
-
         if not patches:  # patch tokens live in the local encoder's memory: its own forward yields both
             todo = {}
             for r in dict((r.identity_hint(), r) for r in map(ImageRef.of, images)).values():
@@ -630,9 +613,6 @@ def ray_encoders(options: RayOptions):
     """The Ray variant of :func:`capscore.embed.make_encoder`, same signature: ``make(model, encoding, *, store=,
     progress=)`` -> a :class:`RayEncoder` around the local encoder (probe, correlate). ``model`` is a
     ``--model`` string: the actors load the model by name."""
-    from capscore.embed.factory import Encoding, make_encoder
-    from capscore.errors import param_error
-
     require_ray()
 
     def make(model, encoding: Encoding = Encoding(), *, store=None, progress: bool = False) -> RayEncoder:

@@ -32,10 +32,21 @@ from __future__ import annotations
 import math
 
 import torch
+import json
+import warnings
 
 from capscore._optional import require
-from capscore.errors import CapscoreError
-from capscore.pipeline import DEFAULT_MODEL
+from capscore.errors import CapscoreError, param_error
+from capscore.pipeline import DEFAULT_MODEL, check_fit
+from capscore import validate
+from capscore._log import warn
+from capscore.api import get_encoder
+from capscore.data.images import ImageRef
+from capscore.data.records import Record
+from capscore.scores.aggregate import aggregate_for
+from capscore.scores.functional import batch_values, check_record, compute_values
+from capscore.scores.metric import get_metric
+from capscore.validate import empty_compute_warning
 
 Metric = require("torchmetrics", purpose="capscore.integrations.torchmetrics").Metric
 
@@ -72,8 +83,6 @@ class CaptionScore(Metric):
                  seed: int = 0, context_length: int | None = None, tokenizer: str = "ptb",
                  classic_backend: str = "native", metric_weights: str | None = None, **kwargs):
         super().__init__(**kwargs)
-        from capscore import validate
-        from capscore.scores.metric import get_metric
 
         validate.check_options("CaptionScore", batch_size=batch_size, seed=seed, context_length=context_length,
                                prefix=prefix, dtype=dtype)
@@ -103,18 +112,12 @@ class CaptionScore(Metric):
     @property
     def encoder(self):
         if self._encoder is None:
-            from capscore.api import get_encoder
-            from capscore.pipeline import check_fit
-
             device = self._backbone_device or str(self.device)
             self._encoder = get_encoder(self.model_spec, device=device, **self._options)
             check_fit(self._metric, self._encoder.backbone)  # once, not per batch
         return self._encoder
 
     def update(self, images, captions, refs=None) -> None:
-        from capscore import validate
-        from capscore.scores.functional import batch_values
-
         if self._text:
             return self._keep_texts(images, captions, refs)
         validate.check_update_args(images, captions, refs)
@@ -123,8 +126,6 @@ class CaptionScore(Metric):
         if len(captions) == 0:
             return
         if refs is not None and not self._metric.needs_refs and not self._warned_refs:
-            from capscore._log import warn
-
             self._warned_refs = True
             warn(f"metric {self._metric.name} ignores the references given; a reference-based metric uses them "
                  "(refclip-s, refpac-s)")
@@ -142,14 +143,6 @@ class CaptionScore(Metric):
     def _keep_texts(self, images, captions, refs) -> None:
         """A classic metric's update: check the items (one line naming ``captions[i]`` / ``refs[i]``) and keep
         their texts for :meth:`compute`."""
-        import json
-
-        from capscore import validate
-        from capscore.data.images import ImageRef
-        from capscore.data.records import Record
-        from capscore.errors import param_error
-        from capscore.scores.functional import check_record
-
         if isinstance(captions, str):
             captions = [captions]
         if images is None:  # the text-only metrics read no image
@@ -174,13 +167,6 @@ class CaptionScore(Metric):
     def _classic_headline(self) -> float:
         """Every kept item scored as one evaluated set, and the metric's headline from their statistics (NaN
         when there is none; a SPICE item without an F is left out, as the summary of a run leaves it out)."""
-        import json
-
-        from capscore.data.images import ImageRef
-        from capscore.data.records import Record
-        from capscore.scores.aggregate import aggregate_for
-        from capscore.scores.functional import compute_values
-
         chunks = self.texts if isinstance(self.texts, list) else [self.texts]  # "cat" leaves one tensor after a sync
         data = b"".join(t.cpu().numpy().tobytes() for t in chunks)
         items = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
@@ -204,17 +190,9 @@ class CaptionScore(Metric):
         if self._text:
             value = self._classic_headline()
             if math.isnan(value):
-                import warnings
-
-                from capscore.validate import empty_compute_warning
-
                 warnings.warn(empty_compute_warning(), UserWarning, stacklevel=2)
             return torch.tensor(value, dtype=torch.float64, device=self.score_sum.device)
         if int(self.count) == 0:
-            import warnings
-
-            from capscore.validate import empty_compute_warning
-
             warnings.warn(empty_compute_warning(), UserWarning, stacklevel=2)
             return torch.tensor(float("nan"), dtype=torch.float32, device=self.score_sum.device)
         return (self.score_sum / self.count).to(torch.float32)

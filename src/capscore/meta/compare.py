@@ -20,8 +20,16 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+import json
+from itertools import combinations
 
 from capscore.errors import CapscoreError, InputError, OptionError, braced
+from capscore.pipeline import TEXT_ONLY, columns_for, summary_path, write_json
+from capscore.report import writers
+from capscore.report.tables import format_number, format_p, format_table
+from capscore.scores.aggregate import Summed, aggregate_for
+from capscore.scores.classic import CLASSIC_METRICS
+from capscore.scores.metric import get_metric, registry
 
 if TYPE_CHECKING:  # scipy (slow to import) only when two systems are compared
     from capscore.meta.significance import SystemTest
@@ -36,7 +44,7 @@ def _rows(path: Path):
         except Exception as e:  # pyarrow raises several types for a non-parquet file
             raise InputError(str(path), f"cannot read parquet ({e})") from None
         return ((f"{path}: row {i}", r) for i, r in enumerate(rows))
-    from capscore.meta.datasets import read_rows
+    from capscore.meta.datasets import read_rows  # noqa: PLC0415  (deferred: numpy)
 
     return read_rows(path)
 
@@ -47,7 +55,7 @@ def read_system(path, *, match: str = "id", score_column: str = "score"
     its rows or None when the rows do not say). ``key`` is the id or the image; the row is kept for a corpus
     headline's per-item vector (:func:`headline_of`). A file whose rows come from several (model, metric) runs
     is refused: one comparison is of one metric on one model."""
-    from capscore.meta.datasets import _number
+    from capscore.meta.datasets import _number  # noqa: PLC0415  (deferred: numpy)
 
     path = Path(path).expanduser()
     if not path.exists():
@@ -97,9 +105,6 @@ def read_system(path, *, match: str = "id", score_column: str = "score"
 def headline_of(metric: str | None):
     """The :class:`~capscore.scores.aggregate.Summed` aggregate of a registered metric whose headline is a
     corpus score of per-item vectors (the classic metrics), else None (its headline is the mean)."""
-    from capscore.scores.aggregate import Summed, aggregate_for
-    from capscore.scores.metric import registry
-
     row = registry().get(metric or "")
     own = aggregate_for(row) if row is not None else None
     return own if isinstance(own, Summed) and own.name != "mean" else None
@@ -108,14 +113,9 @@ def headline_of(metric: str | None):
 def _tokenizer_of(path, metric: str) -> str | None:
     """The tokenizer a classic metric's scores were computed on, from the run's summary beside ``path``
     (None: not a classic metric, or no summary to say)."""
-    from capscore.scores.classic import CLASSIC_METRICS
-
     if metric not in CLASSIC_METRICS:
         return None
-    from capscore.pipeline import summary_path
-    from capscore.report.writers import load_json
-
-    summary = load_json(summary_path(Path(path)))
+    summary = writers.load_json(summary_path(Path(path)))
     tok = summary.get("tokenizer") if isinstance(summary, dict) else None
     return tok if isinstance(tok, str) else None
 
@@ -207,7 +207,7 @@ def _vectors(own, system: dict, keys: list) -> list:
 
 def _tests(xa, xb, corpus, clusters, *, n_resamples: int, seed: int):
     """Both paired tests: of the mean, or of the corpus headline when ``corpus`` = (aggregate, vectors A, B)."""
-    from capscore.meta.significance import compare_summed, compare_systems
+    from capscore.meta.significance import compare_summed, compare_systems  # noqa: PLC0415  (deferred: numpy, scipy)
 
     if corpus is None:
         return compare_systems(xa, xb, clusters=clusters, n_resamples=n_resamples, seed=seed)
@@ -217,8 +217,6 @@ def _tests(xa, xb, corpus, clusters, *, n_resamples: int, seed: int):
 
 
 def format_comparison(c: SystemComparison) -> str:
-    from capscore.report.tables import format_number, format_p, format_table
-
     boot, ar = c.bootstrap, c.randomization
     stat = boot.statistic
     rows = [{"test": "paired bootstrap", f"{stat} A": boot.mean_a, f"{stat} B": boot.mean_b, "A - B": boot.delta,
@@ -250,8 +248,6 @@ def system_tests(rows, *, n_resamples: int = 1000, seed: int = 0) -> list[dict]:
     a caption is its cluster; error rows are left out, as in :func:`compare_files`. The statistic is the
     metric's headline: a corpus score recomputed on each resample for the classic metrics (module docstring).
     """
-    from itertools import combinations
-
     by: dict[tuple, dict[str, list[tuple[str, str, tuple]]]] = {}
     ids: dict[tuple, set[str]] = {}  # every id of a system, error rows too: are they its line numbers?
     heads: dict[str | None, object] = {}
@@ -326,18 +322,11 @@ def score_system_tests(job, result: dict, *, n_resamples: int = 1000, seed: int 
     """For a ``capscore score`` run with several systems: the paired tests between them, added to the run's
     summary file as ``system_tests`` and returned as a table, with a line for each pair of systems left out
     of the tests and why ("" for a run with one system)."""
-    import json
-
-    from capscore.pipeline import TEXT_ONLY, columns_for, summary_path, write_json
-    from capscore.report.tables import format_number, format_p, format_table
-    from capscore.report.writers import read_rows
-    from capscore.scores.metric import get_metric
-
     if not any(len(r["systems"]) > 1 for r in result["runs"]):
         return ""
     out = Path(job.output.path)
     columns = columns_for(job.medium, [get_metric(m) for m in job.metrics])
-    tests = system_tests(read_rows(out, columns), n_resamples=n_resamples, seed=seed)
+    tests = system_tests(writers.read_rows(out, columns), n_resamples=n_resamples, seed=seed)
     spath = summary_path(out)
     write_json(spath, {**json.loads(spath.read_text(encoding="utf-8")), "system_tests": tests})
     rows = [{"model": t["model"] or TEXT_ONLY, "metric": t["metric"], "statistic": boot.get("statistic", "mean"),

@@ -44,7 +44,7 @@ import math
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +55,9 @@ from capscore.data.images import ImageRef
 from capscore.data.jsonl import (DuplicateKey, csv_problem, iter_csv_rows, iter_jsonl, json_problem, surrogate_problem,
                                  unique_keys)
 from capscore.errors import CapscoreError, InputError, unknown_name
+from capscore.meta import oracle
+from capscore.meta.sets import Pair, PairSet, Rated, RatingSet
+from capscore.embed import cache as embed_cache
 
 csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
 
@@ -66,56 +69,6 @@ PASCAL_VOTES = 48  # reference sentences (and judgments) per Pascal-50S pair
 def norm(text: str) -> str:
     """Whitespace normalisation used for captions, references and every comparison between them."""
     return " ".join(text.split())
-
-
-# ------------------------------------------------------------------------------------ containers
-@dataclass(frozen=True)
-class Rated:
-    """One caption with its human score. ``group`` = the image (for sample-wise τ)."""
-
-    record: Record
-    human: float
-    group: str = ""
-    lang: str = ""
-
-
-@dataclass(frozen=True)
-class RatingSet:
-    name: str
-    source: str
-    items: tuple[Rated, ...]
-    skipped: Mapping[str, int] = field(default_factory=dict)
-    params: Mapping[str, object] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.items)
-
-
-@dataclass(frozen=True)
-class Pair:
-    """Two captions of one image; ``label`` 0 = humans preferred ``a``, 1 = ``b``."""
-
-    id: str
-    image: ImageRef
-    a: str
-    b: str
-    refs: tuple[str, ...]
-    category: str
-    label: int
-    source: str = ""
-    votes: tuple[int, int] | None = None
-
-
-@dataclass(frozen=True)
-class PairSet:
-    name: str
-    source: str
-    items: tuple[Pair, ...]
-    skipped: Mapping[str, int] = field(default_factory=dict)
-    params: Mapping[str, object] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.items)
 
 
 # ------------------------------------------------------------------------------------ small readers
@@ -469,7 +422,7 @@ def _pascal_image(root: Path | None, name: str) -> Path:
 
 
 def _pascal_from_mat(folder: Path, root, rng) -> list[Pair]:
-    from scipy.io import loadmat
+    from scipy.io import loadmat  # noqa: PLC0415  (deferred: scipy)
 
     base = folder if (folder / "pair_pascal.mat").exists() else folder / "pyCIDErConsensus"
     pair_file, cons_file = base / "pair_pascal.mat", base / "consensus_pascal.mat"
@@ -685,9 +638,7 @@ def load_hf(path, images, *, name: str, split: str | None = None, extract_to=Non
     path = _path(path, f"{name} data")
     root = _images_root(images)
     if extract_to is None:
-        from capscore.embed.cache import DEFAULT_CACHE_DIR
-
-        extract_to = root if root is not None else DEFAULT_CACHE_DIR / "meta-images"
+        extract_to = root if root is not None else embed_cache.DEFAULT_CACHE_DIR / "meta-images"
     extract_to = Path(extract_to)
     cap_cols, img_cols, human_cols = HF_COLUMNS[name]
     items, skipped = [], {}
@@ -874,9 +825,7 @@ def load_dataset(name: str, path=None, images=None, *, seed: int = 0, split: str
     """Load a dataset by its registry name (see :data:`DATASETS`)."""
     spec = get_dataset(name)
     if name == "scenes-oracle":
-        from capscore.meta.oracle import scenes_oracle
-
-        return scenes_oracle(seed=seed, **options)
+        return oracle.scenes_oracle(seed=seed, **options)
     if path is None:
         raise CapscoreError(f"--path is required for dataset {name!r}: {spec.files}")
     if name == "flickr8k-expert":

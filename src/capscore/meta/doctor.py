@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from importlib.metadata import version as pkg_version
+
+from capscore.meta.reproduce import (
+    DATA_LAYOUT, data_files, missing_data, missing_weights, read_table, table_names, weights_file,
+)
+from capscore.report.tables import format_table
+from capscore.scores import classic
+from capscore.scores.learned import weights_dir, weights_files
 
 
 def checks(data_root: Path, weights_root: Path, metric_weights: Path | None = None) -> list[tuple[str, str, bool, str]]:
     """(group, item, present, detail) for every check; ``metric_weights``: the folder of the metrics with
     their own models (:func:`capscore.scores.learned.weights_files`), default the documented one."""
-    from capscore.meta.reproduce import (DATA_LAYOUT, data_files, missing_data, missing_weights, read_table,
-                                         table_names, weights_file)
-    from capscore.scores import classic
-
     out = []
     for ds in DATA_LAYOUT:
         why = missing_data(ds, data_root)
@@ -32,8 +36,6 @@ def checks(data_root: Path, weights_root: Path, metric_weights: Path | None = No
     for wf, name in seen.items():
         why = missing_weights(Path(wf))
         out.append(("weights", name, not why, wf if not why or why.startswith("weights not found") else why))
-    from capscore.scores.learned import weights_dir, weights_files
-
     for metric, what, path, ok, source in weights_files(weights_dir(metric_weights)):
         out.append(("metric weights", f"{metric}: {what}", ok, str(path) if ok else f"{path} (published at {source})"))
     java = classic.java()
@@ -47,8 +49,6 @@ def checks(data_root: Path, weights_root: Path, metric_weights: Path | None = No
     out.append(("tool", "java (PTB tokenizer, METEOR, SPICE)", bool(java),
                 f"{java}: {version}" if java else "not on PATH (Debian: apt-get install default-jre-headless)"))
     try:
-        from importlib.metadata import version as pkg_version
-
         pv = pkg_version("pycocoevalcap")
         out.append(("tool", "pycocoevalcap", True, pv))
     except Exception:  # noqa: BLE001  (PackageNotFoundError)
@@ -62,7 +62,7 @@ def checks(data_root: Path, weights_root: Path, metric_weights: Path | None = No
         detail = "; ".join(broken[:2]) + "; " if broken else ""
         detail += f"put {' and '.join(classic.CORENLP_JARS)} in {classic.spice_dirs()[0]}"
     out.append(("tool", "CoreNLP 3.6.0 jars (SPICE)", found is not None, detail))
-    import torch
+    import torch  # noqa: PLC0415  (deferred: torch)
 
     gpu = torch.cuda.is_available()
     out.append(("device", "GPU (CUDA)", gpu, torch.cuda.get_device_name(0) if gpu else "none: models run on the CPU"))
@@ -71,8 +71,6 @@ def checks(data_root: Path, weights_root: Path, metric_weights: Path | None = No
 
 def format_checks(rows: list[tuple[str, str, bool, str]]) -> str:
     """:func:`checks` as a table and a count line."""
-    from capscore.report.tables import format_table
-
     missing = sum(1 for r in rows if not r[2])
     return "\n".join([format_table([{"what": g, "item": i, "status": "present" if ok else "MISSING", "detail": d}
                                      for g, i, ok, d in rows], indent=""),

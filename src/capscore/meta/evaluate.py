@@ -33,11 +33,12 @@ from capscore.embed.engine import Encoder
 from capscore.errors import CapscoreError, InputError
 from capscore.meta import stats as S
 from capscore.meta.datasets import (
-    HUMAN_COLUMNS, PASCAL_ORDER, DatasetSpec, PairSet, RatingSet, _number, get_dataset, read_rows,
+    DatasetSpec, HUMAN_COLUMNS, PASCAL_ORDER, PairSet, Rated, RatingSet, _number, get_dataset, read_rows,
 )
 from capscore.pipeline import score_all
 from capscore.scores.classic import in_session
 from capscore.scores.metric import Metric, get_metric
+from capscore.data.images import ImageRef
 
 
 @dataclass(frozen=True)
@@ -384,9 +385,6 @@ def check_join(path, rows: Sequence[tuple[str, str]], human: RatingSet | PairSet
 def read_human(path, *, column: str | None = None, id_column: str = "id") -> RatingSet:
     """Human scores keyed by id (JSONL/CSV): ``id``, a score column (``column`` or one of
     score/human/human_score/rating) and optionally ``group``, ``system``, ``lang``."""
-    from capscore.data.images import ImageRef
-    from capscore.meta.datasets import Rated
-
     path = Path(path).expanduser()
     if not path.exists():
         raise InputError(str(path), "human-score file not found")

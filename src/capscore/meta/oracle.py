@@ -22,14 +22,13 @@ import numpy as np
 from capscore.data.records import Record
 from capscore.data.images import ImageRef
 from capscore.errors import param_error
-from capscore.meta.datasets import Rated, RatingSet
+from capscore.meta.sets import Rated, RatingSet
+from capscore.scenes import generate_scenes, graded
 
 
 def scenes_oracle(*, seed: int = 0, n_scenes: int = 60, captions_per_scene: int = 6, split: str = "all",
                   size: int = 64, lang: str = "en") -> RatingSet:
     """``n_scenes`` × ``captions_per_scene`` captions with their oracle F1 as the score (see module doc)."""
-    from capscore.scenes import generate_scenes, graded
-
     if not isinstance(n_scenes, int) or n_scenes < 2:
         raise param_error("n_scenes", "scenes_oracle", "an int >= 2", n_scenes)
     if not isinstance(captions_per_scene, int) or captions_per_scene < 1:

@@ -33,9 +33,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+import json
+import math
 
 from capscore.errors import CapscoreError, InputError, unknown_name
-from capscore.scores.classic import in_session
+from capscore.scores.classic import CLASSIC_METRICS, corenlp_dir, in_session, java
+from capscore.backbones import load_backbone
+from capscore.data.jsonl import csv_problem, iter_csv_rows
+from capscore.report.tables import format_table
+from capscore.scores.learned import missing, weights_dir
+from capscore.scores.metric import registry
 
 TABLES_DIR = Path(__file__).parent / "tables"
 COLUMNS = ("dataset", "split", "metric", "backbone", "model", "statistic", "paper", "tolerance", "source")
@@ -64,12 +71,12 @@ NOT_REGISTERED = {
 
 def default_root(kind: str, given: str | os.PathLike | None = None) -> Path:
     """``given``, else ``$CAPSCORE_DATA`` / ``$CAPSCORE_WEIGHTS``, else ``~/.cache/capscore/data`` / ``weights``."""
-    from capscore.embed.cache import DEFAULT_CACHE_DIR
+    from capscore.embed import cache as embed_cache  # noqa: PLC0415  (deferred: numpy)
 
     if given:
         return Path(given).expanduser()
     env = {"data": "CAPSCORE_DATA", "weights": "CAPSCORE_WEIGHTS"}[kind]
-    return Path(os.environ[env]).expanduser() if os.environ.get(env) else DEFAULT_CACHE_DIR / kind
+    return Path(os.environ[env]).expanduser() if os.environ.get(env) else embed_cache.DEFAULT_CACHE_DIR / kind
 
 
 @dataclass(frozen=True)
@@ -125,10 +132,7 @@ def table_path(table: str | os.PathLike) -> Path:
 
 def read_table(table: str | os.PathLike) -> list[PaperRow]:
     """A table's rows, each checked: a known dataset, a finite paper value and a finite tolerance >= 0."""
-    import math
-
-    from capscore.data.jsonl import csv_problem, iter_csv_rows
-    from capscore.meta.datasets import DATASETS, _number
+    from capscore.meta.datasets import DATASETS, _number  # noqa: PLC0415  (deferred: numpy)
 
     path = table_path(table)
     rows = []
@@ -203,8 +207,6 @@ def model_spec(model: str, weights_root: Path) -> str:
 
 
 def missing_tools(metric: str) -> str:
-    from capscore.scores.classic import CLASSIC_METRICS, corenlp_dir, java
-
     if metric not in CLASSIC_METRICS:
         return ""
     try:
@@ -231,10 +233,9 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
     ``model_override``: model template -> spec to use instead (tests run the protocols with small random
     weights this way). ``cache``: an embedding cache (default: in memory).
     """
-    from capscore.backbones import load_backbone
-    from capscore.embed.engine import Encoder, MemoryCache
-    from capscore.meta.datasets import load_dataset
-    from capscore.meta.evaluate import evaluate
+    from capscore.embed.engine import Encoder, MemoryCache  # noqa: PLC0415  (deferred: numpy, torch)
+    from capscore.meta.datasets import load_dataset  # noqa: PLC0415  (deferred: numpy)
+    from capscore.meta.evaluate import evaluate  # noqa: PLC0415  (deferred: numpy, scipy, torch)
 
     data_root, weights_root = Path(data_root).expanduser(), Path(weights_root).expanduser()
     cache = cache if cache is not None else MemoryCache()
@@ -243,8 +244,6 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
     datasets: dict[str, object] = {}
     results: dict[tuple[str, str, str], object] = {}
     encoders: dict[str, object] = {}
-    from capscore.scores.classic import CLASSIC_METRICS
-    from capscore.scores.metric import registry
 
     for i, row in enumerate(rows):
         why = ""
@@ -253,8 +252,6 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
         why = why or missing_data(row.dataset, data_root) or missing_tools(row.metric)
         own = row.metric in registry() and registry()[row.metric].own_models
         if not why and own:
-            from capscore.scores.learned import missing, weights_dir
-
             why = missing(row.metric, weights_dir(metric_weights))
         if not why and row.model != "-" and row.model not in override:
             wf = weights_file(row.model, weights_root)
@@ -287,8 +284,6 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
 
 
 def format_results(results: Sequence[RowResult]) -> str:
-    from capscore.report.tables import format_table
-
     done = [r for r in results if r.ours is not None]
     lines = []
     if done:
@@ -307,8 +302,6 @@ def format_results(results: Sequence[RowResult]) -> str:
 
 def format_tables() -> str:
     """Every shipped table with its rows (``capscore reproduce --list``)."""
-    from capscore.report.tables import format_table
-
     parts = []
     for name in table_names():
         rows = read_table(name)
@@ -324,8 +317,6 @@ def format_tables() -> str:
 def write_results(path: Path, results: Sequence[RowResult], *, table: str, data_root: Path, weights_root: Path,
                   seed: int) -> Path:
     """``reproduce.json``: every row's result with the table, roots and seed it was made with."""
-    import json
-
     path.write_text(json.dumps({"kind": "reproduce", "table": str(table), "data_root": str(data_root),
                                 "weights_root": str(weights_root), "seed": seed,
                                 "rows": [r.as_dict() for r in results]}, indent=2) + "\n", encoding="utf-8")

@@ -19,9 +19,17 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+import dataclasses
 
 from capscore.errors import CapscoreError, param_error
 from capscore.scores.classic import in_session
+from capscore._log import is_quiet, log, progress
+from capscore.embed.factory import Encoding, make_encoder, make_encoder as local_encoder, open_cache
+from capscore.pipeline import check_fit
+from capscore.report.outputs import output_dir
+from capscore.report.tables import format_table as print_table
+from capscore.scores.aggregate import aggregate_for
+from capscore.scores.metric import get_metric, metric_names, registry
 
 
 @dataclass(frozen=True)
@@ -71,7 +79,7 @@ class CorrelateJob:
                 raise param_error(name, "CorrelateJob", f"an integer >= {low}", getattr(self, name))
         if not 0 < self.alpha < 1:
             raise param_error("alpha", "CorrelateJob", "in (0, 1)", self.alpha)
-        from capscore.meta.video import VIDEO_DATASETS
+        from capscore.meta.video import VIDEO_DATASETS  # noqa: PLC0415  (deferred: numpy, scipy, torch)
 
         for name in ("videos", "frames", "idf", "n_refs"):
             if getattr(self, name) and self.dataset not in VIDEO_DATASETS:
@@ -81,15 +89,13 @@ class CorrelateJob:
 
 def _encoding(job: CorrelateJob):
     """The job's encoder settings as the one :class:`~capscore.embed.factory.Encoding`."""
-    from capscore.embed.factory import Encoding
-
     return Encoding(device=job.device, dtype=job.dtype, seed=job.seed, batch_size=job.batch_size,
                     cache_dir=job.cache_dir, cache=not job.no_cache)
 
 
 def load(job: CorrelateJob, *, size: int | None = None):
     """The job's (image) dataset; scenes-oracle's scenes are drawn at ``size`` px (default 64)."""
-    from capscore.meta.datasets import load_dataset
+    from capscore.meta.datasets import load_dataset  # noqa: PLC0415  (deferred: numpy)
 
     opts = {}
     if job.dataset == "scenes-oracle":
@@ -104,7 +110,7 @@ def drawn_for(backbone, ds, redraw):
     """``ds``, or, for a dataset drawn in memory at some size (scenes-oracle, scenes-video without files:
     ``params["size"]``), the same scenes, captions and oracle scores redrawn at ``backbone``'s input size by
     ``redraw(size)``, so a 96-px model does not score 64-px drawings upsampled by its preprocessing."""
-    from capscore.scenes import render_size
+    from capscore.scenes import render_size  # noqa: PLC0415  (deferred: numpy)
 
     drawn, wanted = ds.params.get("size"), render_size(backbone)
     return ds if drawn is None or drawn == wanted else redraw(wanted)
@@ -121,12 +127,7 @@ def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds
     metric and reference draw). ``significance`` is :func:`significance`'s comparison (``None``
     without bootstrap or with fewer than two metric rows).
     """
-    from capscore._log import is_quiet, log, progress
-    from capscore.embed.factory import make_encoder as local_encoder
-    from capscore.embed.factory import open_cache
-    from capscore.meta.evaluate import dataset_texts, evaluate, text_only
-    from capscore.pipeline import check_fit
-    from capscore.scores.metric import get_metric
+    from capscore.meta.evaluate import dataset_texts, evaluate, text_only  # noqa: PLC0415  (deferred: numpy, scipy, torch)
 
     make_encoder = make_encoder or local_encoder
     metrics = [get_metric(m) for m in job.metrics]  # unknown names fail before any model loads
@@ -176,7 +177,7 @@ def correlate_file(scores: str, job: CorrelateJob, *, human: str | None = None, 
     the statistics, ties, bootstrap and seed. Rows join items by id, and by image where both name one;
     a file whose ids are line numbers is refused unless every row's image confirms its item
     (:func:`capscore.meta.evaluate.check_join`)."""
-    from capscore.meta.evaluate import check_join, correlate_scores, read_human, read_scores
+    from capscore.meta.evaluate import check_join, correlate_scores, read_human, read_scores  # noqa: PLC0415  (deferred: numpy, scipy, torch)
 
     if human is None and not job.dataset:
         raise param_error("human", "correlate_file", "a file of human scores when job names no dataset", human)
@@ -190,8 +191,6 @@ def correlate_file(scores: str, job: CorrelateJob, *, human: str | None = None, 
                               seed=job.seed)
     result, unmatched = reconcile_skipped(result, truth, values, errors)
     if unmatched:
-        import dataclasses
-
         result = dataclasses.replace(result, params={**result.params, "unmatched_rows": unmatched,
                                                      "scores_file": str(scores)})
     return result
@@ -205,9 +204,7 @@ def reconcile_skipped(result, human, scores, errors: set):
     item counts once, as "no score (error row)", and only the remaining ones as "no score for the
     id" (pairs: "pair with an error row" / "pair without both scores"). Returns the result with
     these counts and the number of score rows (scored or error) whose id no human item has."""
-    import dataclasses
-
-    from capscore.meta.datasets import PairSet
+    from capscore.meta.datasets import PairSet  # noqa: PLC0415  (deferred: numpy)
 
     skipped = dict(result.skipped)
     skipped.pop("no score (error row)", None)
@@ -234,7 +231,7 @@ def reconcile_skipped(result, human, scores, errors: set):
 def significance(results, ds, *, n_resamples: int, seed: int, alpha: float = 0.05):
     """Williams and τ-bootstrap p-values between every pair of metric rows of a rating dataset (on the items
     every row scored), and the cluster not significantly different from the best; ``None`` with < 2 rows."""
-    from capscore.meta.significance import compare_metrics
+    from capscore.meta.significance import compare_metrics  # noqa: PLC0415  (deferred: numpy, scipy)
 
     rows = [r for r in results if r.items]
     if len(rows) < 2:
@@ -257,11 +254,8 @@ def significance(results, ds, *, n_resamples: int, seed: int, alpha: float = 0.0
 def run_correlate_video(job: CorrelateJob):
     """``job.dataset`` one of the video datasets (vatex-eval, activitynet-foil, scenes-video): every video
     metric on every backbone, over frames sampled by ``job.frames`` (default uniform:10; docs/video.md)."""
-    from capscore._log import is_quiet
-    from capscore.data.video import DEFAULT_SAMPLING, Sampling
-    from capscore.embed.factory import make_encoder, open_cache
-    from capscore.meta.video import evaluate_video, load_video_dataset
-    from capscore.scores.metric import metric_names
+    from capscore.data.video import DEFAULT_SAMPLING, Sampling  # noqa: PLC0415  (deferred: numpy)
+    from capscore.meta.video import evaluate_video, load_video_dataset  # noqa: PLC0415  (deferred: numpy, scipy, torch)
 
     if not job.models:
         raise param_error("models", "run_correlate_video", "at least one backbone spec", job.models)
@@ -304,8 +298,7 @@ def format_results(results: Sequence, *, significance=None) -> str:
     """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100; ×1 for
     :data:`capscore.meta.stats.UNSCALED`), printed by the one table printer; then ``significance``
     (:func:`capscore.meta.significance.format_comparison`) when given."""
-    from capscore.meta.stats import UNSCALED
-    from capscore.report.tables import format_table as print_table
+    from capscore.meta.stats import UNSCALED  # noqa: PLC0415  (deferred: numpy, scipy)
 
     if not results:
         return "(no results)"
@@ -341,7 +334,7 @@ def format_results(results: Sequence, *, significance=None) -> str:
         lines.append(f"also in {r0.params.get('scores_file', r0.source)}: {r0.params['unmatched_rows']} rows whose "
                      "id has no human judgment (not used)")
     if significance is not None:
-        from capscore.meta.significance import format_comparison
+        from capscore.meta.significance import format_comparison  # noqa: PLC0415  (deferred: numpy, scipy)
 
         lines.append(format_comparison(significance))
     return "\n".join(lines)
@@ -349,9 +342,6 @@ def format_results(results: Sequence, *, significance=None) -> str:
 
 def _per_caption(metric: str) -> str:
     """What a text-only registered metric's per-caption value is ("sentence-level BLEU-4", "ROUGE-L"...), or ""."""
-    from capscore.scores.aggregate import aggregate_for
-    from capscore.scores.metric import registry
-
     row = registry().get(metric)
     if row is None or not row.text_only():
         return ""
@@ -361,8 +351,6 @@ def _per_caption(metric: str) -> str:
 def write_results(results: Sequence, out: str | Path, *, significance=None) -> tuple[Path, Path]:
     """``out/correlate.json`` (every result with its provenance, and ``significance``), ``out/correlate.csv``
     and, when the results carry items, ``out/correlate_items.jsonl`` -> (json path, csv path)."""
-    from capscore.report.outputs import output_dir
-
     out = output_dir(out)
     json_path, csv_path = out / "correlate.json", out / "correlate.csv"
     with open(json_path, "w", encoding="utf-8") as f:

@@ -66,14 +66,14 @@ from scipy import stats as st
 
 from capscore.errors import CapscoreError, param_error
 from capscore.meta import MAX_RESAMPLES
+from capscore.meta.stats import _vector, unit_scale
+from capscore.report.tables import format_p, format_table
 
 TAU_KINDS = ("tau_b", "tau_c")
 
 
 # ------------------------------------------------------------------------------------ validation
 def _scores(x, what: str) -> np.ndarray:
-    from capscore.meta.stats import _vector  # the one check of a 1-D finite vector
-
     return _vector(x, what)
 
 
@@ -311,7 +311,6 @@ def williams_test(metric1, metric2, human) -> WilliamsResult:
     for a, what in ((m1, "metric 1 scores"), (m2, "metric 2 scores"), (h, "human scores")):
         if a.size and np.ptp(a) == 0:
             raise CapscoreError(f"{what} are constant: a correlation is undefined")
-    from capscore.meta.stats import unit_scale  # scores near ±1e308 must not overflow the correlations
 
     r = lambda u, v: float(np.corrcoef(unit_scale(u), unit_scale(v))[0, 1])  # noqa: E731
     return williams_from_r(r(h, m1), r(h, m2), r(m1, m2), int(h.size))
@@ -455,8 +454,6 @@ def compare_metrics(scores: Mapping[str, Sequence[float]], human, *, kind: str =
 
 def format_comparison(c: MetricComparison) -> str:
     """The two p-value matrices and the cluster, as text."""
-    from capscore.report.tables import format_p, format_table
-
     def matrix(title: str, m, resamples: int | None = None) -> str:
         rows = []
         for i, n in enumerate(c.names):

@@ -44,10 +44,14 @@ from pathlib import Path
 import numpy as np
 
 from capscore.data.records import Record
-from capscore.data.video import VideoRef
-from capscore.errors import CapscoreError, InputError
+from capscore.data.video import DEFAULT_SAMPLING, Sampling, VideoRef
+from capscore.errors import CapscoreError, InputError, unknown_name
 from capscore.meta import stats as S
 from capscore.meta.evaluate import CorrelationResult, score_many
+from capscore.data.jsonl import iter_jsonl
+from capscore.scenes.video import clip_captions, generate_clips
+from capscore.scores.metric import get_metric
+from capscore.scores.video import corpus_idf
 
 VATEX_FILES = ("candidates_list.pkl", "gts_list.pkl", "human_scores.pkl", "video_ids.pkl")
 ANET_FILES = ("anet_entities_test_1.json", "anet_entities_test_2.json", "final_right_video_sentences.json",
@@ -265,7 +269,6 @@ def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames:
         rows_file = root / "captions.jsonl"
         if not rows_file.exists():
             raise InputError(str(root), "captions.jsonl not found", expected="the output of `capscore scenes generate --videos`")
-        from capscore.data.jsonl import iter_jsonl
 
         items, hum = [], []
         for where, row in iter_jsonl(rows_file):
@@ -275,7 +278,6 @@ def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames:
             hum.append(float(row["oracle_f1"]))
         return VideoRatingSet("scenes-video", str(root), tuple(items), np.asarray(hum)[:, None],
                               tuple(r for it in items for r in it.refs), params={"from": "files"})
-    from capscore.scenes.video import clip_captions, generate_clips
 
     items, hum = [], []
     for clip in generate_clips(n_scenes, seed=seed, frames=frames, size=size):
@@ -293,7 +295,6 @@ def scenes_video_oracle(path=None, *, n_scenes: int = 40, seed: int = 0, frames:
 def _idf(ds, encoder, use_idf: bool):
     if not use_idf:
         return None
-    from capscore.scores.video import corpus_idf
 
     if not ds.idf_corpus:
         raise CapscoreError(f"--idf: {ds.name} has no idf corpus here (VATEX-EVAL: vatex_train_en_annotations.json; "
@@ -308,9 +309,6 @@ def evaluate_video(ds, encoder, metric, *, n_refs: Sequence[int] | None = None, 
     columns ``K-ref tau_b`` / ``K-ref spearman`` for each reference count K (default: 0 for a
     reference-free metric, 1 and 9 for a reference-based one, as in the PAC-S table; capped at the
     references available). ActivityNet-FOIL: ``accuracy`` (%)."""
-    from capscore.data.video import DEFAULT_SAMPLING, Sampling
-    from capscore.scores.metric import get_metric
-
     spec = get_metric(metric)
     formula = spec.formula("video")  # an image-only metric fails here
     sampling = DEFAULT_SAMPLING if sampling is None else Sampling.parse(sampling)
@@ -374,6 +372,5 @@ def load_video_dataset(name: str, path=None, videos=None, *, seed: int = 0, n_sc
         return load_activitynet_foil(path, videos)
     if name == "scenes-video":
         return scenes_video_oracle(path, n_scenes=n_scenes, seed=seed, size=size)
-    from capscore.errors import unknown_name
 
     raise unknown_name("video dataset", name, VIDEO_DATASETS)

@@ -89,6 +89,7 @@ from dataclasses import dataclass
 
 from capscore.errors import param_error, unknown_name
 from capscore.perturb.words import Tokenizer, is_unspaced, split_words
+import capscore.nlp
 
 PERTURBATIONS: tuple[str, ...] = ("repetition", "removal", "masking", "jumble", "substitution")
 DEFAULT_P = 0.4
@@ -147,9 +148,7 @@ def _not(caption: str, kind: str, reason: str, seed: int, *, unchanged: bool = T
 
 
 def _spacy(name: str | None):
-    from capscore.nlp import load_spacy
-
-    return load_spacy(name, disable=("ner", "lemmatizer"))
+    return capscore.nlp.load_spacy(name, disable=("ner", "lemmatizer"))
 
 
 def _is_english(lang: str | None) -> bool:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from capscore.errors import param_error
+
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uff66-\uff9f]")
 
 Tokenizer = Callable[[str], Sequence[str]]
@@ -41,8 +43,6 @@ def split_words(text: str, *, mode: str = "auto", tokenizer: Tokenizer | None = 
     A ``tokenizer`` (text -> tokens) overrides the mode for unspaced text and is
     used as given for spaced text too (joined back with single spaces).
     """
-    from capscore.errors import param_error
-
     if mode not in ("auto", "space", "char"):
         raise param_error("mode", "split_words", "'auto', 'space' or 'char'", mode)
     unspaced = mode == "char" or (mode == "auto" and is_unspaced(text))

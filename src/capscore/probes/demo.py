@@ -11,8 +11,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+import numpy as np
 
 from capscore.errors import CapscoreError, param_error
+from capscore.backbones import load_backbone
+from capscore.data.records import Record
+from capscore.embed.engine import Encoder
+from capscore.pipeline import Summary, score_all
+from capscore.report.tables import format_table
+from capscore.scenes import applicable_errors, generate_scenes, make_flaw, render_size
+from capscore.scenes.captions import short
 
 DEMO_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
 
@@ -33,11 +41,6 @@ class DemoResult:
 
 def build_records(scenes, image_dir: Path, *, seed: int):
     """One record per caption: each scene's short caption plus, per applicable kind, a correct/flawed twin pair."""
-    import numpy as np
-
-    from capscore.data.records import Record
-    from capscore.scenes import applicable_errors, make_flaw
-
     records, meta = [], {}
     for s in scenes:
         path = image_dir / f"{s.id}.png"
@@ -58,14 +61,6 @@ def build_records(scenes, image_dir: Path, *, seed: int):
 
 def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny", device: str = "cpu",
              dtype: str = "fp32", log=print) -> DemoResult:
-    import numpy as np
-
-    from capscore.backbones import load_backbone
-    from capscore.embed.engine import Encoder
-    from capscore.pipeline import Summary, score_all
-    from capscore.scenes import generate_scenes, render_size
-    from capscore.scenes.captions import short
-
     if n < 2:
         raise param_error("n", "run_demo", "an integer >= 2", n)
     if out.exists() and not out.is_dir():
@@ -109,8 +104,6 @@ def run_demo(out: Path, *, n: int = 60, seed: int = 7, model: str = "scenes-tiny
 
 
 def format_summary(res: DemoResult, out: Path) -> str:
-    from capscore.report.tables import format_table
-
     m = res.mean_clip_s
     lines = [
         f"capscore demo — {res.n_scenes} synthetic scenes (seed {res.seed}), model {res.model}, {res.metric}",

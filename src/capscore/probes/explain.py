@@ -6,7 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from capscore.errors import param_error
-from capscore.report.explain import COLOR_RANGE
+from capscore.report.explain import COLOR_RANGE, draw_heatmap
+from capscore.backbones import load_backbone
+from capscore.data.images import ImageRef
+from capscore.embed import Encoder
+from capscore.scores.abe import AbeConfig, word_heatmap
 
 
 def explain_word(model: str, image: str | Path, caption: str, word: str, *, out: str | Path, refined: bool = False,
@@ -17,12 +21,6 @@ def explain_word(model: str, image: str | Path, caption: str, word: str, *, out:
     ``refined`` uses ABE's refined token t' instead of the token; ``k`` patches are outlined (ABE's K);
     ``pool`` is the concept pool file of the refinement (default: the bundled pool); ``color_range``
     is the cosine range of the colour scale, the same for every map so maps compare."""
-    from capscore.backbones import load_backbone
-    from capscore.embed import Encoder
-    from capscore.data.images import ImageRef
-    from capscore.report.explain import draw_heatmap
-    from capscore.scores.abe import AbeConfig, word_heatmap
-
     out = Path(out)
     if out.suffix.lower() != ".png":
         raise param_error("out", "explain_word", "a .png file", str(out))

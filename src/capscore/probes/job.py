@@ -15,6 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capscore.errors import CapscoreError, OptionError, param_error, unknown_name
+from capscore._log import progress
+from capscore._optional import require
+from capscore.probes import run as R
+from capscore.probes.formats import load_probe_items, load_suite
+from capscore.probes.retrieval import load_karpathy, run_retrieval
+from capscore.probes.zeroshot import load_classification, run_zeroshot
+from capscore.report.tables import format_table
 
 FILE_SUITES = ("sugarcrepe", "sugarcrepe++", "aro-vg-relation", "aro-vg-attribution", "aro-coco-order",
                "aro-flickr-order", "abc6k", "winoground")
@@ -27,7 +34,7 @@ MCS_SUITES = ("perturb", "scenes-perturb")  # scored with MCS by default: PR-MCS
 
 def scene_suites() -> dict:
     try:
-        from capscore.probes.scenes import SCENE_SUITES
+        from capscore.probes.scenes import SCENE_SUITES  # noqa: PLC0415  (a build without the scene suites lists none)
     except ImportError:
         return {}
     return SCENE_SUITES
@@ -90,8 +97,6 @@ class ProbeJob:
 def load_inputs(job: ProbeJob):
     """(kind, inputs) of the job's suite: kind is scenes (inputs: the suite function), retrieval, zeroshot,
     captions or suite. Input errors surface here, before any model is loaded."""
-    from capscore.probes.formats import load_probe_items, load_suite
-
     suite, scenes = job.suite, scene_suites()
     if suite in scenes:
         return "scenes", scenes[suite]
@@ -104,13 +109,9 @@ def load_inputs(job: ProbeJob):
         raise OptionError(f"the {suite} suite reads its items from your copy of the data: give {{data}} ({what}; "
                           "docs/probes.md); the scenes-* suites need none")
     if suite == "retrieval":
-        from capscore.probes.retrieval import load_karpathy
-
         return "retrieval", load_karpathy(job.data, job.images, split=job.split,
                                           captions_per_image=job.captions_per_image)
     if suite == "zeroshot":
-        from capscore.probes.zeroshot import load_classification
-
         return "zeroshot", load_classification(job.data, job.images, classnames=job.classnames)
     if suite in CAPTION_SUITES:
         items = load_probe_items(job.data, job.images)
@@ -124,20 +125,14 @@ def load_inputs(job: ProbeJob):
 def probe_model(job: ProbeJob, encoder, kind: str, inputs, scorer):
     """Run the job's suite with one model's ``encoder`` on :func:`load_inputs`'s ``(kind, inputs)``, scoring
     pairs with ``scorer`` (a :class:`~capscore.scores.pairs.PairScorer`) -> a ProbeResult."""
-    from capscore.probes import run as R
-
     common = dict(scorer=scorer, scorer_name=job.scorer, source=str(job.data or ""))
     if kind == "scenes":
         return inputs(encoder, args=job, **common)
     if kind == "retrieval":
-        from capscore.probes.retrieval import run_retrieval
-
         ranking = {} if job.scorer == "cosine" else {"scorer": scorer, "scorer_name": job.scorer,
                                                      "rerank_k": job.rerank}
         return run_retrieval(encoder, inputs, source=str(job.data), seed=job.seed, **ranking)
     if kind == "zeroshot":
-        from capscore.probes.zeroshot import run_zeroshot
-
         return run_zeroshot(encoder, inputs, templates=job.templates or "openai", source=str(job.data),
                             seed=job.seed)
     if job.suite == "perturb":
@@ -160,8 +155,6 @@ def run_probe(job: ProbeJob, models: Sequence[str], *, scorer, out: Path, fmt: s
     :func:`capscore.embed.make_encoder` with its Encoding — device, dtype, random-init seed — or the Ray
     variant); ``out`` is created after the first model loaded (a bad model spec leaves no folder).
     ``inputs``: :func:`load_inputs`'s result when already loaded."""
-    from capscore._log import progress
-
     kind, inputs = inputs or load_inputs(job)
     results = []
     with progress(len(models), desc=f"probe {job.suite}", unit="model", leave=False) as bar:
@@ -187,8 +180,6 @@ def write_rows(path: Path, res) -> None:
     meta = {"suite": res.suite, "model": res.model, "scorer": res.scorer, "seed": res.seed}
     rows = [{**meta, **r} for r in res.rows]
     if path.suffix == ".parquet":
-        from capscore._optional import require
-
         pd = require("pandas", purpose="a .parquet output")
 
         pd.DataFrame([{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()}
@@ -207,8 +198,6 @@ def write_summary(path: Path, results: Sequence, *, prefix: str = "") -> None:
 
 def format_summary(results: Sequence) -> str:
     """The header line and one table row per model × summary row (nested values left out)."""
-    from capscore.report.tables import format_table
-
     rows = [{"model": r.model, **{k: v for k, v in s.items() if not isinstance(v, (dict, list))}}
             for r in results for s in r.summary]
     r0 = results[0]

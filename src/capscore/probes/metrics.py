@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from capscore.errors import param_error
+
 
 def _arr(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
@@ -32,8 +34,6 @@ class FlipStats:
 
 def _check_average(average: str, func: str) -> None:
     if average not in LGIP_AVERAGES:
-        from capscore.errors import param_error
-
         raise param_error("average", func, "'pairs' (reference code) or 'captions' (eqs. 4, 6, 8)", average)
 
 
@@ -207,8 +207,6 @@ def specificity_rates(prefix_scores: Sequence[Sequence[float]], wrong_scores: Se
     ``min_steps`` (default 2, the reference's ``n > 1``) steps skipped from both rates.
     """
     if variant not in SR_VARIANTS:
-        from capscore.errors import param_error
-
         raise param_error("variant", "specificity_rates", "'capscore' or 'reference'", variant)
     if variant == "reference":
         min_steps = 2 if min_steps is None else min_steps

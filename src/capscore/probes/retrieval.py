@@ -48,6 +48,7 @@ import torch
 from capscore.embed.engine import Encoder
 from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError
+from capscore.probes.run import ProbeResult
 
 KS = (1, 5, 10)
 
@@ -249,8 +250,6 @@ def run_retrieval(encoder: Encoder, data: RetrievalSet, *, suite: str = "retriev
     Per-query rows: ``direction`` (``image->text`` / ``text->image``), the query, its true match(es)
     and the rank of the first true match (and, re-ranked, the cosine rank beside it).
     """
-    from capscore.probes.run import ProbeResult
-
     img = encoder.encode_images(list(data.images))
     txt = encoder.encode_texts(list(data.texts))
     params = dict(data.info)

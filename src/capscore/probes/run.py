@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import os
+from pathlib import Path
 
 from capscore.embed.engine import Encoder
 from capscore.perturb.lgip import lgip_variants
@@ -21,6 +23,8 @@ from capscore.perturb.prmcs import DEFAULT_MASK, DEFAULT_P, PERTURBATIONS, pertu
 from capscore.probes import metrics as M
 from capscore.probes.formats import ProbeItem, SuiteItem
 from capscore.scores.pairs import PairScorer, cosine_pairs, get_pair_scorer, text_text_cosine
+from capscore.errors import CapscoreError, param_error
+from capscore.probes.segment import detail_units
 
 
 @dataclass(frozen=True)
@@ -307,15 +311,9 @@ def run_specificity(encoder: Encoder, items: Sequence[ProbeItem], *, scorer: Pai
     every prefix is scored as CLIP-S, by default with CLIPScore's "A photo depicts " prepended --
     ``get_pair_scorer("clip-s", prefix="")`` (``probe --prefix ""``) scores the plain text.
     """
-    from capscore.probes.segment import detail_units
-
     if variant not in M.SR_VARIANTS:
-        from capscore.errors import param_error
-
         raise param_error("variant", "run_specificity", "'capscore' or 'reference'", variant)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        from capscore.errors import param_error
-
         raise param_error("max_tokens", "run_specificity", "a positive number of tokens or None", max_tokens)
     segs = [list(u) for u in units] if units is not None else [
         detail_units(it.caption, max_attached_pps=max_attached_pps, grammar=grammar) for it in items]
@@ -399,8 +397,6 @@ def _token_counter(encoder):
     """Token counts with start and end tokens, from the encoder's tokenizer (``Backbone.tokenize``)."""
     tokenize = getattr(encoder.backbone, "tokenize", None)
     if tokenize is None:
-        from capscore.errors import CapscoreError
-
         raise CapscoreError(f"{encoder.backbone.spec} has no tokenizer to count a prefix's tokens; "
                             "pass max_tokens=None to keep every step")
     return lambda texts: [len(ids) for ids in tokenize(list(texts))]
@@ -408,9 +404,6 @@ def _token_counter(encoder):
 
 def _image_key(image) -> object:
     """What tells two items' images apart: the file path when there is one, else the object itself."""
-    import os
-    from pathlib import Path
-
     path = getattr(image, "path", None) if not isinstance(image, (str, os.PathLike)) else image
     return ("path", str(Path(path))) if path is not None else ("object", id(image))
 

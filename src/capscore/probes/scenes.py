@@ -32,20 +32,24 @@ import numpy as np
 
 from capscore.probes import run as R
 from capscore.probes.formats import ProbeItem, SuiteItem
+from capscore.data.images import ImageRef
+from capscore.probes.retrieval import RERANK_K, RetrievalSet, run_retrieval
+from capscore.probes.zeroshot import ClassificationSet, run_zeroshot
+from capscore.scenes import (
+    COLOR_NAMES, Caption, SHAPES, applicable_errors, captions as C, generate_scenes, oracle, render_size,
+)
+from capscore.scenes.lexicon import English
+from capscore.scenes.vocab import MAX_OBJECTS
 
 SPLIT = "heldout"
 
 
 def _scenes(n: int, seed: int, encoder=None):
     """Held-out scenes drawn at the encoder's input size (:func:`capscore.scenes.render_size`)."""
-    from capscore.scenes import generate_scenes, render_size
-
     return generate_scenes(n, seed=seed, split=SPLIT, size=render_size(encoder))
 
 
 def flip_items(scenes, *, seed: int = 0) -> list[SuiteItem]:
-    from capscore.scenes import applicable_errors
-
     items = []
     for s in scenes:
         img = s.render()
@@ -59,9 +63,6 @@ def flip_items(scenes, *, seed: int = 0) -> list[SuiteItem]:
 
 def specificity_inputs(scenes, *, seed: int = 0) -> tuple[list[ProbeItem], list[list[str]]]:
     """Exact units per scene, and per step a wrong unit (oracle precision 0 in this scene)."""
-    from capscore.scenes import Caption, oracle
-    from capscore.scenes import captions as C
-
     units = [C.detail_units(s) for s in scenes]
     items, texts = [], []
     for i, s in enumerate(scenes):
@@ -83,10 +84,6 @@ def _lgip_lists():
     flipped (a count flip there would need the noun re-inflected). Any other count is false for
     the scene, so every count flip is a semantic flip, as LGIP's number-word flips (§3.2).
     """
-    from capscore.scenes import COLOR_NAMES, SHAPES
-    from capscore.scenes.lexicon import English
-    from capscore.scenes.vocab import MAX_OBJECTS
-
     colors = list(COLOR_NAMES.values()) if isinstance(COLOR_NAMES, dict) else list(COLOR_NAMES)
     counts = [English.numbers[n] for n in range(2, MAX_OBJECTS + 1)]
     # count last: each caption's generator draws color, object, count in this order, so adding the count
@@ -115,8 +112,6 @@ def run_scenes_specificity(encoder, *, args, **common):
 def shape_objects(caption: str) -> tuple[str, ...]:
     """A scene caption's critical objects for PR-MCS substitution: the shape words it writes (singular,
     whole words), distinct, in order of appearance -- the list Algorithm 1 shuffles."""
-    from capscore.scenes import SHAPES
-
     found = re.findall(r"\b(" + "|".join(map(re.escape, SHAPES)) + r")\b", caption)
     return tuple(dict.fromkeys(found))
 
@@ -147,9 +142,6 @@ N_PARAPHRASES = 4  # short caption + 4 paraphrases = 5 captions per image, as Fl
 
 def retrieval_set(scenes):
     """Images and their captions: the short caption plus up to ``N_PARAPHRASES`` paraphrases each."""
-    from capscore.data.images import ImageRef
-    from capscore.probes.retrieval import RetrievalSet
-
     refs, names, texts, owner = [], [], [], []
     for k, s in enumerate(scenes):
         caps = [s.short_caption()] + list(s.paraphrases(n=N_PARAPHRASES))
@@ -174,11 +166,6 @@ def zeroshot_sets(scenes):
     Class names are the English scenes lexicon's words with their article ("a circle"; colours as
     "a red object"), to be read through the ``scenes`` templates ("A picture of {}.").
     """
-    from capscore.data.images import ImageRef
-    from capscore.probes.zeroshot import ClassificationSet
-    from capscore.scenes import COLOR_NAMES, SHAPES
-    from capscore.scenes.lexicon import English
-
     refs = tuple(ImageRef(image=s.render(), name=f"scene {s.id}") for s in scenes)
     names = tuple(s.id for s in scenes)
     out = []
@@ -197,10 +184,6 @@ ZEROSHOT_SPLIT = "all"  # unseen images; shape and colour drawn independently (h
 
 
 def run_scenes_retrieval(encoder, *, args, **common):
-    from capscore.probes.retrieval import run_retrieval
-
-    from capscore.probes.retrieval import RERANK_K
-
     ranking = {}
     if common.get("scorer_name", "cosine") != "cosine":  # ABE-CLIP Table 2: re-rank cosine's top k (or all)
         ranking = {"scorer": common["scorer"], "scorer_name": common["scorer_name"],
@@ -210,9 +193,6 @@ def run_scenes_retrieval(encoder, *, args, **common):
 
 
 def run_scenes_zeroshot(encoder, *, args, **common):
-    from capscore.probes.zeroshot import run_zeroshot
-    from capscore.scenes import generate_scenes, render_size
-
     scenes = generate_scenes(args.n_scenes, seed=args.seed, split=ZEROSHOT_SPLIT, min_objects=1, max_objects=1,
                              size=render_size(encoder))
     return run_zeroshot(encoder, zeroshot_sets(scenes), templates=getattr(args, "templates", None) or "scenes",

@@ -82,6 +82,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from capscore.errors import param_error
+import capscore.nlp
+
 SPACY_MODEL = None  # capscore.nlp chooses: $CAPSCORE_SPACY_MODEL, en_core_web_sm, or the PyPI re-upload
 
 # Penn tag -> one-letter class used by the cascade regexes.
@@ -159,9 +162,7 @@ class _Seg:
 
 
 def load_parser(name: str | None = SPACY_MODEL):
-    from capscore.nlp import load_spacy
-
-    return load_spacy(name, disable=("ner", "lemmatizer"))
+    return capscore.nlp.load_spacy(name, disable=("ner", "lemmatizer"))
 
 
 def _chunk(tags: list[str], grammar: str = "capscore") -> list[_Node]:
@@ -191,8 +192,6 @@ def detail_unit_spans(caption: str, *, nlp=None, max_attached_pps: int = 1,
                       grammar: str = "capscore") -> list[tuple[int, int]]:
     """Character spans (start, end) of the detail units; they tile the caption (minus outer spaces)."""
     if grammar not in GRAMMARS:
-        from capscore.errors import param_error
-
         raise param_error("grammar", "detail_units", "'capscore', 'paper' (App. A) or 'reference' (the authors' "
                           "chunker)", grammar)
     doc = (nlp or load_parser())(caption)

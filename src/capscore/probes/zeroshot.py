@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from capscore.embed.engine import Encoder
 from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError, unknown_name
+from capscore.probes.run import ProbeResult
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
 SINGLE_TEMPLATE = "a photo of a {}."
@@ -48,7 +49,7 @@ def _format(template: str) -> Callable[[str], str]:
 def get_templates(name: str) -> tuple[Callable[[str], str], ...]:
     """A named template set: ``openai`` (80), ``simple`` (7), ``single`` (1) or ``scenes`` (3)."""
     if name in ("openai", "simple"):
-        from open_clip import zero_shot_metadata as Z
+        from open_clip import zero_shot_metadata as Z  # noqa: PLC0415  (deferred: open_clip)
 
         return tuple(Z.OPENAI_IMAGENET_TEMPLATES if name == "openai" else Z.SIMPLE_IMAGENET_TEMPLATES)
     if name == "single":
@@ -111,7 +112,7 @@ def _read_classnames(spec: str | None, labels: list[str]) -> tuple[list[str], li
                                 "or imagenet) so the prompts name the classes")
         return labels, [lab.replace("_", " ") for lab in labels]
     if spec == "imagenet":
-        from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES as names
+        from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES as names  # noqa: PLC0415  (deferred: open_clip)
 
         if all(lab.isdigit() for lab in labels):
             order = [str(i) for i in range(len(names))]
@@ -223,8 +224,6 @@ def zeroshot_task(encoder: Encoder, data: ClassificationSet, templates: Sequence
 def run_zeroshot(encoder: Encoder, data: ClassificationSet | Sequence[tuple[str, ClassificationSet]], *,
                  templates: str = "openai", suite: str = "zeroshot", source: str = "", seed: int = 0):
     """One or several (task, data) classification tasks with one template set -> ProbeResult."""
-    from capscore.probes.run import ProbeResult
-
     tasks = [("", data)] if isinstance(data, ClassificationSet) else list(data)
     temps = get_templates(templates)
     rows, summary = [], []

@@ -8,8 +8,10 @@ the map is stored in the PNG's ``capscore-explain`` text chunk, which ``capscore
 from __future__ import annotations
 
 from pathlib import Path
+import json
 
 from capscore.report.runs import EXPLAIN_PNG_KEY as PNG_KEY
+from capscore._optional import require
 
 COLOR_RANGE = (-1.0, 1.0)  # fixed, so two maps (words, images, models) share one colour scale
 OVERLAY_ALPHA = 0.4  # the image stays readable under the heat map
@@ -24,10 +26,6 @@ def draw_heatmap(image, heat, *, caption: str, out: Path, color_range: tuple[flo
     :data:`OVERLAY_ALPHA` so the image shows through. ``about`` is stored as JSON in the PNG's
     ``capscore-explain`` text chunk, so `capscore report` can caption the picture.
     """
-    import json
-
-    from capscore._optional import require
-
     matplotlib = require("matplotlib", purpose="capscore explain")
 
     matplotlib.use("Agg")

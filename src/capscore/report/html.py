@@ -22,6 +22,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+import importlib.util
+import sys
 
 from capscore._optional import require
 from capscore._table import format_p
@@ -73,9 +75,6 @@ def _label(s: object, limit: int = 40) -> str:
 
 def plots_available() -> bool:
     """Whether matplotlib (the ``report`` extra) is installed; without it the page has its tables only."""
-    import importlib.util
-    import sys
-
     if "matplotlib" in sys.modules:  # imported, or blocked (None: the way to hide a package from Python)
         return sys.modules["matplotlib"] is not None
     return importlib.util.find_spec("matplotlib") is not None
@@ -164,7 +163,7 @@ def _score_block(b, head: dict | None = None) -> str:
     """One (model, metric): per system the headline its summary records (``head``: the metric's aggregate,
     e.g. corpus BLEU; shown first, and marked on the histogram), then the distribution of the per-caption
     scores."""
-    import numpy as np
+    import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
     out = [f"<h4>{esc(b.title)} — {b.n_scored} scored"
            + (f", {b.n_unscored} without a score" if b.n_unscored else "") + "</h4>"]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capscore.errors import InputError
+from capscore.data.jsonl import csv_problem, json_problem, surrogate_problem
 
 #: columns read as numbers (a score and its parts), whichever writer made the file
 NUMERIC_COLUMNS = ("score", "image_score", "ref_score", "coarse", "fine_p", "fine_r", "fine_f", "ref_coarse",
@@ -79,8 +80,6 @@ def check_regular(path: Path, *, max_bytes: int | None = None) -> int:
 
 def read_json(path: Path, limits: Limits = DEFAULT_LIMITS):
     """A whole JSON file, after the regular-file and size checks."""
-    from capscore.data.jsonl import json_problem
-
     check_regular(path, max_bytes=limits.max_json_bytes)
     try:
         text = Path(path).read_bytes().decode("utf-8-sig")
@@ -116,8 +115,6 @@ def iter_jsonl_objects(path: Path, limits: Limits = DEFAULT_LIMITS, *, tolerate_
     A last line without its newline that does not parse is the line a live (or killed) run was
     writing: it is skipped when ``tolerate_cut_last``. Any other bad line is an :class:`InputError`.
     """
-    from capscore.data.jsonl import json_problem, surrogate_problem
-
     check_regular(path)
     try:
         fb = open(path, "rb")
@@ -252,8 +249,6 @@ def iter_score_rows(path: Path, limits: Limits = DEFAULT_LIMITS) -> Iterator[tup
 
 
 def _csv_rows(path: Path, limits: Limits) -> Iterator[tuple[str, dict]]:
-    from capscore.data.jsonl import csv_problem
-
     check_regular(path)
     try:
         fb = open(path, "rb")

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from PIL import Image, UnidentifiedImageError
+
 from capscore._optional import require
 from capscore.errors import InputError
 from capscore.report.rows import (
@@ -49,6 +51,7 @@ from capscore.report.rows import (
     read_json,
     row_file_columns,
 )
+from capscore.report.writers import journal_path
 
 EXPLAIN_PNG_KEY = "capscore-explain"  # the PNG text chunk report/explain.py writes
 SKIP_DIRS = {"checkpoints", "tensorboard", "__pycache__", "_shards"}
@@ -369,8 +372,6 @@ def _row_files_in(folder: Path) -> list[Path]:
 
 def _summary_rows(f: Path, reader: _Reader) -> list[Path]:
     """The row files a score summary describes (claimed, so a folder scan does not read them again)."""
-    from capscore.report.writers import journal_path
-
     if f.name == "_summary.json":
         found = _row_files_in(f.parent)
     else:
@@ -651,8 +652,6 @@ def png_text_keys(path: Path, *, max_bytes: int = 1 << 24) -> set[str] | None:
 
 
 def _read_explain_png(f: Path, limits: Limits, *, explicit: bool) -> ExplainImage | None:
-    from PIL import Image, UnidentifiedImageError
-
     check_regular(f, max_bytes=limits.max_png_bytes if explicit else None)
     if not explicit:
         try:

@@ -35,6 +35,9 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+import hashlib
+import shutil
+import uuid
 
 from capscore._optional import require
 from capscore.errors import CapscoreError, InputError
@@ -181,7 +184,7 @@ class OutputLock:
         self.path = path.with_name(path.name + ".lock")
         self._fd: int | None = None
         try:
-            import fcntl
+            import fcntl  # noqa: PLC0415  (deferred: POSIX only)
         except ImportError:  # pragma: no cover - Windows
             return
         for _ in range(20):
@@ -415,8 +418,6 @@ JOURNAL_INPUT = "input.json"  # beside it: the shard's size and mtime when the j
 def shard_output_name(path: str | os.PathLike) -> str:
     """``<stem>-<first 8 hex digits of sha1(absolute path)>``: a function of the shard alone, never of the
     other shards of the run (``shards/00000.tar`` -> ``00000-3f2a…``; ``a/x.tar`` and ``b/x.tar`` differ)."""
-    import hashlib
-
     path = os.path.abspath(path)
     stem = Path(path).name.split(".")[0] or "shard"
     return f"{stem}-{hashlib.sha1(os.fsencode(path)).hexdigest()[:8]}"
@@ -458,8 +459,6 @@ def write_part(path: Path, rows: list[dict], fmt: str, columns: tuple) -> None:
     """Write one block's ``rows`` to ``path`` atomically (a unique temporary name, then a rename): the same
     block written twice gives the same file. JSONL/CSV parts are written by :class:`RowWriter` (CSV without
     a header: the commit adds one). Parquet parts are not fsynced: an uncommitted shard's parts are redone."""
-    import uuid
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -545,8 +544,6 @@ class ShardFiles:
 
     def remove(self, name: str) -> None:
         """The output of ``name``: its file (and the one its sidecar names, if in this folder), sidecar, parts."""
-        import shutil
-
         meta = load_json(self.sidecar(name))
         files = {self.path(name)}
         if isinstance(meta, dict) and isinstance(meta.get("file"), str):
@@ -558,8 +555,6 @@ class ShardFiles:
         shutil.rmtree(self.parts(name), ignore_errors=True)
 
     def clear(self) -> None:
-        import shutil
-
         for name in self.existing():
             self.remove(name)
         shutil.rmtree(self.out / SIDECAR_DIR / PARTS_DIR, ignore_errors=True)
@@ -567,8 +562,6 @@ class ShardFiles:
     def clear_leftovers(self, *, keep_journals: bool = False) -> None:
         """Parts of an interrupted run (its single-process journals too, unless ``keep_journals``) and the
         temporaries of a commit killed mid-write."""
-        import shutil
-
         root = self.out / SIDECAR_DIR / PARTS_DIR
         for folder in sorted(root.iterdir()) if root.is_dir() else ():
             if keep_journals and (folder / JOURNAL).is_file():
@@ -596,8 +589,6 @@ class ShardFiles:
         """Make ``DIR/<name>.<fmt>`` from the shard's rows — block ``parts`` in this format, in order, or one
         JSONL ``journal`` — sidecar first (it names the file and its row count), then the file (temporary
         name, fsync, rename), then the parts folder is removed. Returns ``meta``."""
-        import shutil
-
         write_json(self.sidecar(name), meta)
         tmp = self.out / f".{name}.{self.fmt}.tmp"
         if journal is not None:
@@ -627,8 +618,6 @@ class ShardFiles:
 
 
 def _journal_copy(journal: Path, out: Path, columns: tuple[str, ...] = COLUMNS) -> None:
-    import shutil
-
     shutil.copyfile(journal, out)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 from capscore.errors import CapscoreError, unknown_name
 from capscore.scenes.claims import CONVERSE, Mention, Motion, Relation, Total, Unit, Where, relation_fact
 from capscore.scenes.lexicon import SEPARATOR, realise
-from capscore.scenes.vocab import COLOR_NAMES, GRID, PATTERNS, REGIONS, SHAPES, SIZES, heldout_pairs
+from capscore.scenes.vocab import COLOR_NAMES, PATTERNS, REGIONS, SHAPES, SIZES, heldout_pairs
 
 if TYPE_CHECKING:  # pragma: no cover
     from capscore.scenes.graph import Clip, Group, Scene
@@ -406,6 +406,12 @@ def _corrupt(scene: "Scene", u: Unit, rng: np.random.Generator) -> Unit:
     return Unit("exists", (m,))
 
 
+def false_units(scene: "Scene", rng: np.random.Generator) -> list[Unit]:
+    """Each of the scene's detail units made false (one fact changed, the same form; see :meth:`Scene.
+    false_detail_units`), aligned with :func:`detail_units`."""
+    return [_corrupt(scene, u, rng) for u in detail_units(scene)]
+
+
 def graded(scene: "Scene", rng: np.random.Generator, *, n: int = 6, lang: str = "en") -> list[tuple[Caption, OracleScore]]:
     """``n`` captions of graded quality: a prefix of the long caption (random length) with 0-3 units
     made false, sometimes plus one hallucinated object; each with its oracle score."""
@@ -423,68 +429,3 @@ def graded(scene: "Scene", rng: np.random.Generator, *, n: int = 6, lang: str = 
         cap = Caption(tuple(chosen), lang)
         out.append((cap, oracle(scene, cap)))
     return out
-
-
-# ---------------------------------------------------------------------------- counterfactual scenes
-COUNTERFACTUAL_KINDS = ("color", "shape", "count", "attribute_swap")
-
-
-def counterfactual(scene: "Scene", flaw: Flaw) -> "Scene | None":
-    """The scene edited so that ``flaw.flawed_caption`` is true of it and ``flaw.correct_caption`` is
-    not: the image side of a minimal pair (the same scene with one shape, colour or count changed, or
-    two colours swapped), for training with hard negative *images*.
-
-    An image twin makes the flawed caption another image's positive, so a text-only prior (one caption
-    reads as more typical than the other) can no longer win the pair; only looking at the scene does.
-    Relation flips are not edited (moving an object changes other relations too), nor hallucinations
-    (adding the object leaves the correct caption true). Returns None where the edit is impossible (no
-    free grid cell for an added object), the oracle does not confirm it, or it would put a held-out
-    (shape, colour) pair into a ``train`` scene.
-    """
-    from dataclasses import replace
-
-    from capscore.scenes.graph import Scene, SceneObject, build_graph
-
-    if flaw.kind not in COUNTERFACTUAL_KINDS:
-        return None
-    objs = list(scene.objects)
-    old = list(flaw.correct_caption.units[0].claims)
-    new = list(flaw.flawed_caption.units[0].claims)
-    free = [divmod(c, GRID) for c in range(GRID * GRID) if divmod(c, GRID) not in {(o.row, o.col) for o in objs}]
-
-    def place(shape: str, color: str, size: str, pattern: str | None) -> bool:
-        if not free:
-            return False
-        row, col = free.pop(0)
-        objs.append(SceneObject(shape, color, size, pattern, row, col, (col + 0.5) / GRID, (row + 0.5) / GRID))
-        return True
-
-    if flaw.kind == "attribute_swap":
-        colour = {old[0].key: old[1].color, old[1].key: old[0].color}
-        objs = [replace(o, color=colour[o.key]) if o.key in colour else o for o in objs]
-    else:
-        pos = next(k for k, (m, n) in enumerate(zip(old, new)) if m != n)
-        m, n = old[pos], new[pos]
-        if flaw.kind in ("color", "shape"):
-            objs = [replace(o, shape=n.shape, color=n.color) if o.key == m.key else o for o in objs]
-        elif n.count < m.count:  # count down: drop the group's last members
-            drop = [i for i, o in enumerate(objs) if o.key == m.key][n.count:]
-            objs = [o for i, o in enumerate(objs) if i not in drop]
-        else:  # count up: more identical members in free cells
-            proto = next(o for o in objs if o.key == m.key)
-            for _ in range(n.count - m.count):
-                if not place(proto.shape, proto.color, proto.size, proto.pattern):
-                    return None
-    try:
-        graph = build_graph(tuple(objs))
-    except ValueError:
-        return None
-    held = heldout_pairs(scene.split_seed)
-    is_held = any(o.key in held for o in objs)
-    if scene.split == "train" and is_held:
-        return None
-    twin = Scene(f"{scene.id}~{flaw.kind}", scene.seed, scene.split, scene.index, scene.size, graph, is_held,
-                 scene.split_seed)
-    if oracle(twin, flaw.flawed_caption).precision < 1 or oracle(twin, flaw.correct_caption).precision == 1:
-        return None
-    return twin

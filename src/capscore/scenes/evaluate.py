@@ -22,7 +22,7 @@ prompt prefix unless ``prefix`` is given):
   shown to use the image (docs/scenes.md, "Text priors and minimal pairs");
 * **paired** accuracy for colour, shape, count and attribute-swap flips: the item is won only if the
   scene prefers its correct caption *and* the scene's counterfactual twin (the scene edited so that the
-  flawed caption is true of it, :func:`~capscore.scenes.captions.counterfactual`) prefers the flawed
+  flawed caption is true of it, :func:`~capscore.scenes.graph.counterfactual`) prefers the flawed
   one — Winoground's text score (Thrush et al., 2022) on a 2 × 2 minimal pair. The two captions swap
   roles, so a text prior wins at most one half: an empty scene scores 0 (ties aside) and a model that
   guesses 1/4. Items whose twin cannot be built (no free cell to add an object) are left out
@@ -44,6 +44,12 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
+from capscore._table import format_table
+from capscore.embed.engine import Encoder
+from capscore.errors import param_error
+from capscore.scenes import applicable_errors, generate_scenes, heldout_pairs, make_flaw, render_size
+from capscore.scenes.graph import COUNTERFACTUAL_KINDS, counterfactual, render_objects
 
 EVAL_SEED = 12345
 EVAL_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
@@ -76,8 +82,6 @@ def needs_binding(scene, flaw) -> bool | None:
 def flip_items(scenes, *, seed: int, kinds=EVAL_KINDS, unseen_only: bool = False) -> list[dict]:
     """(scene, kind, correct, flawed) rows; with ``unseen_only``, only items whose correct caption
     names a held-out (shape, colour) pair."""
-    from capscore.scenes import applicable_errors, heldout_pairs, make_flaw
-
     out = []
     for s in scenes:
         held = heldout_pairs(s.split_seed)
@@ -110,17 +114,13 @@ def _recall_at_1(img: torch.Tensor, txt: torch.Tensor, captions: list[str]) -> t
 
 
 def _twins(scenes, items) -> list:
-    """Each item's counterfactual image twin (:func:`capscore.scenes.captions.counterfactual`), or None."""
-    from capscore.scenes.captions import COUNTERFACTUAL_KINDS, counterfactual
-
+    """Each item's counterfactual image twin (:func:`capscore.scenes.graph.counterfactual`), or None."""
     by_id = {s.id: s for s in scenes}
     return [counterfactual(by_id[it["scene"]], it["flaw"]) if it["kind"] in COUNTERFACTUAL_KINDS else None
             for it in items]
 
 
 def _evaluate_set(encoder, scenes, *, seed: int, unseen_only: bool, prefix: str) -> dict:
-    from capscore.scenes.graph import render_objects
-
     images = {s.id: s.render() for s in scenes}
     img = encoder.encode_images(list(images.values()))
     captions = [s.short_caption() for s in scenes]
@@ -166,10 +166,6 @@ def evaluate_scenes(backbone_or_encoder, *, n: int = 300, seed: int = EVAL_SEED,
                     size: int | None = None) -> dict:
     """{"seen": {...}, "unseen": {...}, "params": {...}} — see the module docstring. Scenes are drawn
     at ``size`` px, by default the model's input size (:func:`capscore.scenes.render_size`)."""
-    from capscore.embed.engine import Encoder
-    from capscore.errors import param_error
-    from capscore.scenes import generate_scenes, render_size
-
     if not isinstance(n, int) or n < 2:
         raise param_error("n", "evaluate_scenes", "an int >= 2", n)
     enc = backbone_or_encoder if isinstance(backbone_or_encoder, Encoder) else Encoder(backbone_or_encoder)
@@ -187,8 +183,6 @@ def format_report(res: dict, *, by_objects: bool = False, by_binding: bool = Fal
     """The table ``capscore scenes eval`` prints; ``by_objects`` adds each set's accuracy per number of
     objects in the scene, ``by_binding`` on free and bound items (:func:`needs_binding`); cells
     ``accuracy (n)``."""
-    from capscore._table import format_table
-
     p = res["params"]
     s, u = res["seen"], res["unseen"]
     rows = [{"": "R@1 image->text", "seen": s["i2t_r1"], "unseen": u["i2t_r1"]},

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from capscore.errors import param_error
+from capscore.scenes import generate_scenes, truth
+
 
 def write_scenes(out: Path, n: int, *, seed: int = 0, split: str = "all", size: int = 64) -> int:
     """Draw ``n`` scenes of ``split`` at ``size`` px and write them under the folder ``out`` -> n."""
-    from capscore.errors import param_error
-    from capscore.scenes import generate_scenes, truth
-
     if n < 1:
         raise param_error("n", "write_scenes", "an integer >= 1", n)
     (out / "images").mkdir(parents=True, exist_ok=True)

@@ -14,13 +14,15 @@ no anti-aliasing, so pixels are exact.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from capscore.errors import param_error
+from capscore.scenes import captions
+from capscore.scenes.lexicon import LANGUAGES, realise
 from capscore.scenes.vocab import (
     BACKGROUND, COLOR_NAMES, COLORS, GRID, MAX_OBJECTS, MOTIONS, PATTERNS, REGIONS, SHAPES, SIZES, heldout_pairs,
 )
@@ -189,15 +191,10 @@ class Scene:
     # ------------------------------------------------------------------ language (see captions.py)
     def short_caption(self, lang: str = "en") -> str:
         """A COCO-like caption (about 8-15 words) stating only true facts."""
-        from capscore.scenes import captions
-
         return captions.short(self).realise(lang)
 
     def detail_units(self, lang: str = "en") -> list[str]:
         """Ordered detail units; the long caption is ``" ".join(units)``. Each unit adds >= 1 new fact."""
-        from capscore.scenes import captions
-        from capscore.scenes.lexicon import realise
-
         return [realise(u, lang) for u in captions.detail_units(self)]
 
     def false_detail_units(self, rng: np.random.Generator, lang: str = "en") -> list[str]:
@@ -205,10 +202,7 @@ class Scene:
         region or total changed, or a relation reversed, so that the two differ in exactly one fact (the
         controlled wrong detail of SPECS' SR_neg in ``experiments/replicate.py``, and the specs recipe's
         ``negatives=controlled``). Aligned with :meth:`detail_units`; ``rng`` draws which fact changes."""
-        from capscore.scenes import captions
-        from capscore.scenes.lexicon import realise
-
-        return [realise(captions._corrupt(self, u, rng), lang) for u in captions.detail_units(self)]
+        return [realise(u, lang) for u in captions.false_units(self, rng)]
 
     def long_caption(self, lang: str = "en", *, units: int | None = None) -> str:
         """The first ``units`` detail units (all by default) joined into one caption."""
@@ -218,20 +212,14 @@ class Scene:
 
     def captions(self, lang: str = "en") -> "list[Caption]":
         """Structured captions (text + stated claims): the short one and every long-caption prefix."""
-        from capscore.scenes import captions
-
         return captions.caption_set(self, lang)
 
     def translations(self) -> dict[str, str]:
         """The short caption in every supported language."""
-        from capscore.scenes.lexicon import LANGUAGES
-
         return {lang: self.short_caption(lang) for lang in LANGUAGES}
 
     def paraphrases(self, lang: str = "en", *, n: int | None = None) -> list[str]:
         """Alternative phrasings of the short caption's facts (same claims, other words and order)."""
-        from capscore.scenes import captions
-
         return captions.paraphrases(self, lang, n=n)
 
     def flawed(self, kind: str, rng: np.random.Generator, *, lang: str = "en") -> "tuple[str, Flaw]":
@@ -241,21 +229,15 @@ class Scene:
         (e.g. ``relation`` in a scene with fewer than two single objects); use
         :func:`capscore.scenes.applicable_errors` to check first.
         """
-        from capscore.scenes import captions
-
         flaw = captions.make_flaw(self, kind, rng, lang)
         return flaw.flawed, flaw
 
     def oracle(self, caption: "Caption") -> "OracleScore":
         """Precision/recall/F1 of a structured caption's claims against this scene's graph."""
-        from capscore.scenes import captions
-
         return captions.oracle(self, caption)
 
     def graded(self, rng: np.random.Generator, *, n: int = 6, lang: str = "en") -> "list[tuple[Caption, OracleScore]]":
         """``n`` captions of graded correctness (coverage and error count vary) with their oracle scores."""
-        from capscore.scenes import captions
-
         return captions.graded(self, rng, n=n, lang=lang)
 
 
@@ -268,8 +250,6 @@ class Clip:
     motions: tuple[tuple[tuple[str, str], str], ...]
 
     def caption(self, lang: str = "en") -> str:
-        from capscore.scenes import captions
-
         return captions.clip_caption(self).realise(lang)
 
 
@@ -404,3 +384,65 @@ def render_objects(objects: tuple[SceneObject, ...], side: int) -> Image.Image:
         if o.pattern is not None:
             canvas[mask & _pattern_mask(o.pattern, cx, cy, r, side)] = PATTERN_RGB
     return Image.fromarray(canvas, "RGB")
+
+
+# ---------------------------------------------------------------------------- counterfactual scenes
+COUNTERFACTUAL_KINDS = ("color", "shape", "count", "attribute_swap")
+
+
+def counterfactual(scene: Scene, flaw: "Flaw") -> "Scene | None":
+    """The scene edited so that ``flaw.flawed_caption`` is true of it and ``flaw.correct_caption`` is
+    not: the image side of a minimal pair (the same scene with one shape, colour or count changed, or
+    two colours swapped), for training with hard negative *images*.
+
+    An image twin makes the flawed caption another image's positive, so a text-only prior (one caption
+    reads as more typical than the other) can no longer win the pair; only looking at the scene does.
+    Relation flips are not edited (moving an object changes other relations too), nor hallucinations
+    (adding the object leaves the correct caption true). Returns None where the edit is impossible (no
+    free grid cell for an added object), the oracle does not confirm it, or it would put a held-out
+    (shape, colour) pair into a ``train`` scene.
+    """
+    if flaw.kind not in COUNTERFACTUAL_KINDS:
+        return None
+    objs = list(scene.objects)
+    old = list(flaw.correct_caption.units[0].claims)
+    new = list(flaw.flawed_caption.units[0].claims)
+    free = [divmod(c, GRID) for c in range(GRID * GRID) if divmod(c, GRID) not in {(o.row, o.col) for o in objs}]
+
+    def place(shape: str, color: str, size: str, pattern: str | None) -> bool:
+        if not free:
+            return False
+        row, col = free.pop(0)
+        objs.append(SceneObject(shape, color, size, pattern, row, col, (col + 0.5) / GRID, (row + 0.5) / GRID))
+        return True
+
+    if flaw.kind == "attribute_swap":
+        colour = {old[0].key: old[1].color, old[1].key: old[0].color}
+        objs = [replace(o, color=colour[o.key]) if o.key in colour else o for o in objs]
+    else:
+        pos = next(k for k, (m, n) in enumerate(zip(old, new)) if m != n)
+        m, n = old[pos], new[pos]
+        if flaw.kind in ("color", "shape"):
+            objs = [replace(o, shape=n.shape, color=n.color) if o.key == m.key else o for o in objs]
+        elif n.count < m.count:  # count down: drop the group's last members
+            drop = [i for i, o in enumerate(objs) if o.key == m.key][n.count:]
+            objs = [o for i, o in enumerate(objs) if i not in drop]
+        else:  # count up: more identical members in free cells
+            proto = next(o for o in objs if o.key == m.key)
+            for _ in range(n.count - m.count):
+                if not place(proto.shape, proto.color, proto.size, proto.pattern):
+                    return None
+    try:
+        graph = build_graph(tuple(objs))
+    except ValueError:
+        return None
+    held = heldout_pairs(scene.split_seed)
+    is_held = any(o.key in held for o in objs)
+    if scene.split == "train" and is_held:
+        return None
+    twin = Scene(f"{scene.id}~{flaw.kind}", scene.seed, scene.split, scene.index, scene.size, graph, is_held,
+                 scene.split_seed)
+    if (captions.oracle(twin, flaw.flawed_caption).precision < 1
+            or captions.oracle(twin, flaw.correct_caption).precision == 1):
+        return None
+    return twin

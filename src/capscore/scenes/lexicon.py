@@ -9,7 +9,7 @@ and no spaces between words.
 """
 from __future__ import annotations
 
-from capscore.errors import unknown_name
+from capscore.errors import CapscoreError, unknown_name
 from capscore.scenes.claims import Mention, Unit
 
 N_STYLES = 3  # every language offers styles 0..N_STYLES-1 for each form
@@ -429,7 +429,5 @@ def _numbers(unit: Unit) -> list[int]:
 def realise(unit: Unit, lang: str = "en", style: int = 0) -> str:
     bad = [n for n in _numbers(unit) if not 1 <= n <= MAX_NUMBER]
     if bad:
-        from capscore.errors import CapscoreError
-
         raise CapscoreError(f"scene captions spell numbers 1..{MAX_NUMBER}; got {bad[0]} in a {unit.form!r} unit")
     return get_language(lang).unit(unit, style % N_STYLES)

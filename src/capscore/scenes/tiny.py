@@ -22,6 +22,7 @@ recipe rebuilds it (the registry's ``REBUILT`` says how); a rebuilt file loads w
 from __future__ import annotations
 
 from pathlib import Path
+import json
 
 
 from capscore.errors import CapscoreError
@@ -34,7 +35,7 @@ BUNDLED_FILES = {"scenes-tiny": WEIGHTS_DIR / "scenes-tiny.safetensors",
 
 def weights_arch(path: str | Path) -> str:
     """The open_clip architecture a bundled-format weights file names in its metadata (default v1's)."""
-    from safetensors import SafetensorError, safe_open
+    from safetensors import SafetensorError, safe_open  # noqa: PLC0415  (deferred: safetensors)
 
     try:
         with safe_open(str(path), "pt") as f:
@@ -47,11 +48,11 @@ def backbone_from_file(path: str | Path, *, spec: str = ARCH, arch: str | None =
     """Build the open_clip architecture ``arch`` (default: the one the file's metadata names; with its
     convolutional stem where it has one, :mod:`capscore.backbones.convstem`) and load an fp16/fp32
     safetensors state dict into it (float32)."""
-    import open_clip
-    from safetensors.torch import load_file
+    import open_clip  # noqa: PLC0415  (deferred: open_clip)
+    from safetensors.torch import load_file  # noqa: PLC0415  (deferred: safetensors)
 
-    from capscore.backbones.openclip import OpenClipBackbone, _seeded_create  # also registers capscore's configs
-    from capscore.backbones.readout import readout_of
+    from capscore.backbones.openclip import OpenClipBackbone, _seeded_create  # noqa: PLC0415  (deferred: open_clip, torch); also registers capscore's configs
+    from capscore.backbones.readout import readout_of  # noqa: PLC0415  (deferred: torch)
 
     path = Path(path)
     if not path.is_file():
@@ -73,7 +74,7 @@ def load_scenes_tiny(*, spec: str = "scenes-tiny", device: str = "cpu", dtype: s
                      context_length: int | None = None, weights: Path | None = None):
     """The registry entry point for the bundled model ``spec`` (a key of :data:`BUNDLED_FILES`).
     ``seed`` is ignored (trained weights); ``context_length`` must be 77 or None."""
-    from capscore.backbones.base import resolve_dtype
+    from capscore.backbones.base import resolve_dtype  # noqa: PLC0415  (deferred: torch)
 
     if context_length not in (None, 77):
         raise CapscoreError(f"{spec} has a 77-token context; got context_length={context_length}")
@@ -84,7 +85,5 @@ def load_scenes_tiny(*, spec: str = "scenes-tiny", device: str = "cpu", dtype: s
 def input_size(model: str = "scenes-tiny") -> int:
     """The input size of bundled ``model``, read from its files (the architecture its weights name, that
     architecture's open_clip config), without building the model."""
-    import json
-
     config = WEIGHTS_DIR.parents[1] / "backbones" / "configs" / f"{weights_arch(BUNDLED_FILES[model])}.json"
     return int(json.loads(config.read_text())["vision_cfg"]["image_size"])

@@ -24,9 +24,15 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+import json
+from fractions import Fraction
 
 from capscore._optional import require
-from capscore.errors import CapscoreError
+from capscore.errors import CapscoreError, param_error
+from capscore.scenes import generate_scenes
+from capscore.scenes.captions import Caption, clip_caption, oracle, short
+from capscore.scenes.claims import Mention, Motion, Unit
+from capscore.scenes.vocab import COLOR_NAMES, MOTIONS
 
 CAPTION_KINDS = ("correct", "partial", "direction", "object", "static")
 CODECS = {
@@ -39,8 +45,6 @@ CODECS = {
 def write_video(frames: Sequence[Image.Image], path: str | os.PathLike, *, fps: float = 4,
                 codec: str = "lossless") -> Path:
     """Write RGB frames as a video file with PyAV; returns the path."""
-    from fractions import Fraction
-
     av = require("av", purpose="writing video files")
 
     path = Path(path)
@@ -70,17 +74,11 @@ def write_video(frames: Sequence[Image.Image], path: str | os.PathLike, *, fps: 
 
 def generate_clips(n: int, *, seed: int = 0, frames: int = 8, size: int = 64, split: str = "all"):
     """``n`` clips of seeded scenes (deterministic given the arguments)."""
-    from capscore.scenes import generate_scenes
-
     return [s.frames(frames, size=size) for s in generate_scenes(n, seed=seed, split=split, size=size)]
 
 
 def clip_captions(clip, *, seed: int = 0, lang: str = "en") -> list[dict]:
     """The five graded captions of a clip (see the module docstring) with their oracle scores."""
-    from capscore.scenes.captions import Caption, clip_caption, oracle, short
-    from capscore.scenes.claims import Mention, Motion, Unit
-    from capscore.scenes.vocab import COLOR_NAMES, MOTIONS
-
     scene = clip.scene
     rng = np.random.default_rng([seed, scene.index, 77])
     correct = clip_caption(clip)
@@ -116,10 +114,6 @@ def write_scenes_videos(out: str | os.PathLike, n: int, *, seed: int = 0, frames
                         size: int = 64, split: str = "all", codec: str = "lossless") -> Path:
     """``out/videos/SCENE.mp4`` and ``out/captions.jsonl`` (id, image = video id, caption, refs, system =
     caption kind, oracle scores), ready for ``capscore score --videos out/videos --captions out/captions.jsonl``."""
-    import json
-
-    from capscore.errors import param_error
-
     if frames < 2 or not fps > 0:
         raise param_error("frames" if frames < 2 else "fps", "write_scenes_videos",
                           ">= 2" if frames < 2 else "> 0", frames if frames < 2 else fps)

@@ -1,21 +1,21 @@
 """Scores: the metric registry (:mod:`capscore.scores.metric`), each family's pure formulas, and the functional
 core every face scores through (:mod:`capscore.scores.functional`: ``score_batch``, ``compute_values``).
 
-Names are resolved lazily (PEP 562), so reading the registry's names does not import torch.
+Importing the package imports every family, each of which registers its rows (in this order, the order of
+``metric_names``); none of them imports torch, so reading the registry's names does not.
 """
+import capscore.scores.clipscore  # noqa: I001  (CLIP-S, RefCLIP-S, PAC-S, RefPAC-S, MCS; EMScore on videos)
+import capscore.scores.abe_metric  # noqa: F401
+import capscore.scores.specs  # noqa: F401  (SPECS)
+from capscore.scores.clipscore import CLIPSCORE_PREFIX, GlobalCosine, clip_s, harmonic_mean, ref_clip_s, ref_similarity
 from capscore.scores.metric import METRICS, EmbeddingBatch, Metric, get_metric, metric_names, registry
 
-_FORMULAS = ("CLIPSCORE_PREFIX", "GlobalCosine", "clip_s", "harmonic_mean", "ref_clip_s", "ref_similarity")
+try:
+    import capscore.scores.classic  # noqa: F401  (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE)
+except ModuleNotFoundError as e:
+    if e.name != "capscore.scores.classic":
+        raise
+import capscore.scores.learned  # noqa: F401, E402  (Polos, DENEB, FLEUR, RefFLEUR, EXPERT)
 
-
-def __getattr__(name: str):
-    if name in _FORMULAS:
-        from capscore.scores import clipscore
-
-        return getattr(clipscore, name)
-    raise AttributeError(f"module 'capscore.scores' has no attribute {name!r}")
-
-
-registry()  # every family's rows
-
-__all__ = ["METRICS", "EmbeddingBatch", "Metric", "get_metric", "metric_names", "registry", *_FORMULAS]
+__all__ = ["METRICS", "EmbeddingBatch", "Metric", "get_metric", "metric_names", "registry",
+           "CLIPSCORE_PREFIX", "GlobalCosine", "clip_s", "harmonic_mean", "ref_clip_s", "ref_similarity"]

@@ -117,6 +117,8 @@ from capscore.embed.engine import Encoder
 from capscore.errors import CapscoreError, InputError, param_error, unknown_name
 from capscore.scores.abe_phrases import phrase_features
 from capscore.scores.concepts import load_concept_pool, nearest_concepts, pool_vectors
+import capscore.nlp
+from capscore.nlp import parse_cached
 
 CITATION = "Zhang, Chen, Deng & Shen, ABE-CLIP: Training-Free Attribute Binding Enhancement, arXiv:2512.17178 (2025)"
 
@@ -269,9 +271,7 @@ class AttributeObject:
 
 
 def _spacy(name: str | None):
-    from capscore.nlp import load_spacy
-
-    return load_spacy(name, disable=("ner",))  # a missing model is a one-line CapscoreError there
+    return capscore.nlp.load_spacy(name, disable=("ner",))  # a missing model is a one-line CapscoreError there
 
 
 def pairs_from_doc(doc, *, attribute_deps: Sequence[str] = ("amod", "compound")) -> list[AttributeObject]:
@@ -299,8 +299,6 @@ def extract_pairs(
     """Attribute–object pairs of each text (spaCy), e.g. "a green vintage car" -> car: (green, vintage).
 
     Each text is parsed once per process (:func:`capscore.nlp.parse_cached`)."""
-    from capscore.nlp import parse_cached
-
     deps = tuple(attribute_deps)
     return parse_cached(list(texts), lambda doc: pairs_from_doc(doc, attribute_deps=deps),
                         key=f"abe-pairs:{','.join(deps)}", name=spacy_model, disable=("ner",))

@@ -19,7 +19,7 @@ class AbeFormula:
     columns: tuple[str, ...] = ()
 
     def compute(self, batch: EmbeddingBatch) -> Values:
-        from capscore.scores.abe import make_abe_scorer
+        from capscore.scores.abe import make_abe_scorer  # noqa: PLC0415  (deferred: numpy, torch)
 
         scorer = make_abe_scorer(**dict(batch.options.get("abe") or {}))
         values = scorer(batch.encoder, [r.image for r in batch.records], batch.captions)

@@ -131,7 +131,7 @@ class Summed:
         return [math.fsum([*p, k]) for p, k in zip(self._partials, self._ints)]
 
     def value(self) -> float | None:
-        import numpy as np
+        import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
         return float(self.finish(np.asarray(self.totals()))) if self.n else None
 

@@ -84,11 +84,19 @@ import shutil  # noqa: F401  (tests replace shutil.which to simulate a machine w
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+import dataclasses
+import functools
+from functools import partial
+from importlib.metadata import PackageNotFoundError, version
 
 from capscore.errors import CapscoreError, InputError, param_error, unknown_name
+from capscore.scores import classic_java
 from capscore.scores.classic_java import (
-    CORENLP_JARS, PUNCTUATIONS, corenlp_dir, jar_problem, java, line_safe, need_java, spice_dirs, spice_jars,
+    CORENLP_JARS, Meteor, PUNCTUATIONS, corenlp_dir, jar_problem, java, line_safe, need_java,
+    pycoco_dir, run_spice, spice_dirs, spice_jars, timeout_default,
 )
+from capscore._log import warn
+from capscore.scores.metric import Metric, Values, register
 
 if TYPE_CHECKING:  # numpy is imported where scores are computed: the metric registry stays cheap
     import numpy as np
@@ -113,7 +121,7 @@ _SET_MEMO_ITEMS = 200_000  # items whose BLEU/ROUGE-L/CIDEr-D results a session 
 
 def __getattr__(name: str):  # ClassicStats lives with numpy; importing it here would load numpy with the registry
     if name in ("ClassicStats", "ClassicResult"):
-        from capscore.scores.classic_stats import ClassicStats
+        from capscore.scores.classic_stats import ClassicStats  # noqa: PLC0415  (deferred: numpy)
 
         return ClassicStats
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -150,8 +158,6 @@ def tokenize(texts: Sequence[str], *, tokenizer: str = "ptb", timeout: float | N
     """Texts -> tokenised texts (space-separated tokens), in order; every text made line-safe first (module
     docstring). PTB tokens are remembered by text for the process: only texts not seen before reach the jar,
     all of them in one run of it."""
-    from capscore.scores.classic_java import ptb_tokenize, timeout_default
-
     if tokenizer not in TOKENIZERS:
         raise param_error("tokenizer", "tokenize", f"one of {', '.join(TOKENIZERS)}", tokenizer)
     texts = [line_safe(t) for t in texts]
@@ -162,7 +168,7 @@ def tokenize(texts: Sequence[str], *, tokenizer: str = "ptb", timeout: float | N
     known = {t: _PTB_MEMO[t] for t in texts if t in _PTB_MEMO}
     new = list(dict.fromkeys(t for t in texts if t not in known))
     if new:
-        known.update(zip(new, ptb_tokenize(new, timeout=timeout or timeout_default())))
+        known.update(zip(new, classic_java.ptb_tokenize(new, timeout=timeout or timeout_default())))
         _remember(_PTB_MEMO, new, known)
     return [known[t] for t in texts]
 
@@ -264,8 +270,6 @@ def in_session(func):
     """``func`` run inside one :class:`ClassicSession` (the active one, or one opened for the call and closed
     after it): every classic metric it scores — any number of metrics, loops, reference draws — shares one
     METEOR process and the PTB memo."""
-    import functools
-
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         with _session():
@@ -282,8 +286,6 @@ class ClassicSession:
     (default ``$CAPSCORE_JAVA_TIMEOUT`` or 120)."""
 
     def __init__(self, *, timeout: float | None = None):
-        from capscore.scores.classic_java import timeout_default
-
         if timeout is not None and not (isinstance(timeout, (int, float)) and timeout > 0):
             raise param_error("timeout", "ClassicSession", "a number of seconds > 0", timeout)
         self.timeout = float(timeout) if timeout is not None else timeout_default()
@@ -369,9 +371,9 @@ class ClassicSession:
                 for system, t in tokenised.items()}
 
     def _score_set(self, names, cands, refs, item_names, *, tokenizer, backend) -> dict[str, ClassicStats]:
-        import numpy as np
+        import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
-        from capscore.scores.classic_stats import ClassicStats
+        from capscore.scores.classic_stats import ClassicStats  # noqa: PLC0415  (deferred: numpy)
 
         out: dict[str, ClassicStats] = {}
         text = [m for m in names if m.startswith("bleu") or m in ("rouge-l", "cider")]
@@ -414,10 +416,9 @@ class ClassicSession:
         return {m: known[m] for m in names}
 
     def _meteor_scores(self, cands, refs, item_names):
-        import numpy as np
+        import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
-        from capscore.scores.classic_java import Meteor
-        from capscore.scores.classic_stats import meteor_from_stats, meteor_summable
+        from capscore.scores.classic_stats import meteor_from_stats, meteor_summable  # noqa: PLC0415  (deferred: numpy)
 
         keys = [(c, tuple(rs)) for c, rs in zip(cands, refs)]
         known = {k: self._meteor_memo[k] for k in keys if k in self._meteor_memo}
@@ -443,8 +444,6 @@ class ClassicSession:
         return np.array(values, dtype=float), stats
 
     def _spice(self, pairs: list[tuple[str, tuple]]) -> list[float]:
-        from capscore.scores.classic_java import run_spice
-
         known = {p: self._spice_memo[p] for p in pairs if p in self._spice_memo}
         todo = list(dict.fromkeys(p for p in pairs if p not in known))
         if todo:
@@ -455,8 +454,8 @@ class ClassicSession:
 
 def _native(names, cands, refs) -> dict[str, tuple]:
     """(values, stats) of BLEU-n, ROUGE-L and CIDEr-D from :mod:`capscore.scores.classic_native`."""
-    from capscore.scores.classic_native import TokenSet
-    from capscore.scores.classic_stats import bleu_from_stats
+    from capscore.scores.classic_native import TokenSet  # noqa: PLC0415  (deferred: numpy)
+    from capscore.scores.classic_stats import bleu_from_stats  # noqa: PLC0415  (deferred: numpy)
 
     if not names:
         return {}
@@ -477,9 +476,7 @@ def _native(names, cands, refs) -> dict[str, tuple]:
 
 def _pycocoevalcap(names, cands, refs) -> dict[str, tuple]:
     """(values, stats) of BLEU-n, ROUGE-L and CIDEr-D from pycocoevalcap's own scorers."""
-    import numpy as np
-
-    from capscore.scores.classic_java import pycoco_dir
+    import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
     if not names:
         return {}
@@ -544,8 +541,6 @@ def score_tokenized(names: Sequence[str], gts: dict, res: dict, *, tokenizer: st
         out = s.score(names, [res[k][0] for k in keys], [gts[k] for k in keys], tokenizer="none", backend=backend,
                       ids=keys)
     if tokenizer != "none":
-        import dataclasses
-
         out = {m: dataclasses.replace(v, tokenizer=tokenizer) for m, v in out.items()}
     return out
 
@@ -581,8 +576,6 @@ class ClassicFormula:
     def systems(self, batch) -> list[tuple[list[int], ClassicStats]]:
         """Each system of the batch scored as its own evaluated set (as pycocoevalcap scores one results
         file): (the positions of its records in the batch, its ClassicStats)."""
-        from capscore._log import warn
-
         tokenizer, backend = self._options(batch.options)
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(batch.records):
@@ -604,8 +597,6 @@ class ClassicFormula:
 
     def stats(self, batch) -> ClassicStats:
         """The batch as one evaluated set (whatever its systems): its ClassicStats (values and headline)."""
-        from capscore._log import warn
-
         tokenizer, backend = self._options(batch.options)
         with _session() as s:
             res = s.score([self.metric], [batch.prefix + r.caption for r in batch.records],
@@ -616,8 +607,7 @@ class ClassicFormula:
         return res
 
     def compute(self, batch):
-        from capscore.scores.classic_stats import stats_text
-        from capscore.scores.metric import Values
+        from capscore.scores.classic_stats import stats_text  # noqa: PLC0415  (deferred: numpy)
 
         scores = [0.0] * len(batch.records)
         parts = {c: [None] * len(batch.records) for c in self.columns}
@@ -635,8 +625,6 @@ class ClassicFormula:
         (pycocoevalcap, Java, the CoreNLP jars for SPICE) are checked first, so a missing one is a one-line
         error before any row is scored; then ``texts()`` (every caption and reference of the run, or None
         for a source too large to hold) are tokenised in one PTB pass."""
-        from capscore.scores.classic_java import pycoco_dir
-
         tokenizer, _ = self._options(options)
         pycoco_dir()
         if self.metric in NEEDS_JAVA or tokenizer == "ptb":
@@ -659,8 +647,6 @@ class ClassicFormula:
 
 def pycocoevalcap_version() -> str:
     """The installed pycocoevalcap's version, or ``(not installed)``."""
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("pycocoevalcap")
     except PackageNotFoundError:
@@ -668,16 +654,12 @@ def pycocoevalcap_version() -> str:
 
 
 def _aggregate(name: str):
-    from capscore.scores.classic_stats import classic_aggregate
+    from capscore.scores.classic_stats import classic_aggregate  # noqa: PLC0415  (deferred: numpy)
 
     return classic_aggregate(name)
 
 
 def _register() -> None:
-    from functools import partial
-
-    from capscore.scores.metric import Metric, register
-
     cites = {"bleu1": "bleu", "bleu2": "bleu", "bleu3": "bleu", "bleu4": "bleu"}
     ranges = {"cider": (0.0, 10.0)}  # CIDEr-D: 10 x a mean of cosines
     for name in CLASSIC_METRICS:

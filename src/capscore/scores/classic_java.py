@@ -314,12 +314,12 @@ def _is_stats(text: str) -> bool:
 # ------------------------------------------------------------------------------------ SPICE
 def spice_dirs() -> list[Path]:
     """Where the CoreNLP jars for SPICE are looked for, in order (see :mod:`capscore.scores.classic`)."""
-    from capscore.embed.cache import DEFAULT_CACHE_DIR
+    from capscore.embed import cache as embed_cache  # noqa: PLC0415  (deferred: numpy)
 
     dirs = []
     if os.environ.get("CAPSCORE_SPICE_DIR"):
         dirs.append(Path(os.environ["CAPSCORE_SPICE_DIR"]).expanduser())
-    dirs.append(DEFAULT_CACHE_DIR / "spice")
+    dirs.append(embed_cache.DEFAULT_CACHE_DIR / "spice")
     try:
         dirs.append(pycoco_dir() / "spice" / "lib")
     except CapscoreError:
@@ -366,12 +366,12 @@ def run_spice(items: Sequence[tuple[str, Sequence[str]]], *, timeout: float) -> 
     pycocoevalcap's SPICE 1.0 jar (its main class and arguments) with the CoreNLP jars from a local folder,
     its temporary files and parse cache under capscore's cache. The jar may take ``timeout`` seconds plus
     one second per item."""
-    from capscore.embed.cache import DEFAULT_CACHE_DIR
+    from capscore.embed import cache as embed_cache  # noqa: PLC0415  (deferred: numpy)
 
     exe = need_java("SPICE")
     jars = spice_jars()
     spice_dir = pycoco_dir() / "spice"
-    work = DEFAULT_CACHE_DIR / "spice"
+    work = embed_cache.DEFAULT_CACHE_DIR / "spice"
     (work / "cache").mkdir(parents=True, exist_ok=True)
     cp = os.pathsep.join([str(spice_dir / "spice-1.0.jar"), str(spice_dir / "lib" / "*"),
                           *(str(jars / j) for j in CORENLP_JARS)])

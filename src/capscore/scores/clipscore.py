@@ -48,7 +48,7 @@ def ref_similarity(text: torch.Tensor, refs: torch.Tensor, mask: torch.Tensor) -
 
     text (N, D); refs (N, R, D); mask (N, R) bool, True where a reference exists.
     """
-    import torch
+    import torch  # noqa: PLC0415  (deferred: torch)
 
     sims = torch.einsum("nd,nrd->nr", text, refs).masked_fill(~mask, float("-inf"))
     best = sims.max(dim=1).values
@@ -59,7 +59,7 @@ def ref_similarity(text: torch.Tensor, refs: torch.Tensor, mask: torch.Tensor) -
 
 def harmonic_mean(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """2ab / (a + b), defined as 0 where a + b = 0."""
-    import torch
+    import torch  # noqa: PLC0415  (deferred: torch)
 
     s = a + b
     return torch.where(s > 0, 2 * a * b / s.where(s > 0, torch.ones_like(s)), torch.zeros_like(s))

@@ -52,8 +52,10 @@ from functools import lru_cache
 from pathlib import Path
 
 import torch
+import numpy as np
 
 from capscore.errors import CapscoreError, InputError
+from capscore.embed.cache import cache_key
 
 BUNDLED_POOL = Path(__file__).parent / "data" / "concept_pool.txt"
 _COMMENT = re.compile(r"(?:^|\s)#")  # a comment starts at the line's start or after whitespace
@@ -125,10 +127,6 @@ def pool_vectors(encoder, pool: ConceptPool) -> torch.Tensor:
     Computed once per (backbone identity, pool contents) with ``encoder.encode_texts`` (the same
     vectors as encoding the words one by one) and stored in ``encoder.cache`` under that key.
     """
-    import numpy as np
-
-    from capscore.embed.cache import cache_key
-
     bb = encoder.backbone
     key = cache_key(bb.identity, "concept-pool", f"{pool.sha}:{len(pool)}:{bb.embed_dim}")
     hit = encoder.cache.get_many([key]).get(key)

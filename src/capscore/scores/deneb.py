@@ -39,12 +39,13 @@ import torch
 import torch.nn.functional as F
 
 from capscore.backbones.released import Part, WeightsFile, find_weights, numbered, shape_of, take
-from capscore.backbones.sentence import SentenceEncoder
+from capscore.backbones.sentence import SentenceEncoder, load_sentence_encoder
 from capscore.errors import CapscoreError
 from capscore.scores.polos import (
     SIMCSE, Features, ScalarMix, activation, extract, hidden_sizes, linears, mix_layers, mix_part, mlp,
     mlp_part, open_checkpoint, reference_vectors, run_head, scalar_mix,
 )
+from capscore.backbones.openai_ckpt import backbone_from_state_dict
 
 from capscore.scores.learned import DENEB_CITATION as CITATION  # noqa: E402
 CLIP_PREFIX = "In the image, "  # DenebEstimator.forward, for candidates and references alike
@@ -228,9 +229,6 @@ def load_deneb(weights_dir: str | Path | None, *, device: str = "cpu", dtype: st
     ``clip_arch``: the open_clip architecture the checkpoint's ``pacs_clip.*`` tower is loaded into
     (``ViT-L-14``: GELU, as DENEB builds it; inferring it from shapes would give OpenAI's QuickGELU).
     ``clip``: a capscore backbone to use instead (same weights and transform, shared encoding)."""
-    from capscore.backbones.openai_ckpt import backbone_from_state_dict
-    from capscore.backbones.sentence import load_sentence_encoder
-
     path = Path(checkpoint) if checkpoint else find_weights(weights_dir, CHECKPOINT, metric="deneb")
     head, enc_sd, clip_sd = read_deneb(path)
     folder = find_weights(weights_dir if weights_dir is not None else path.parent.parent, SIMCSE, metric="deneb")

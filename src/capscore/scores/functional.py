@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from capscore.data.records import Record
 from capscore.errors import InputError
 from capscore.scores.metric import EmbeddingBatch, Metric, Values, get_metric
+from capscore import validate
+from capscore.validate import to_image_ref
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -74,7 +76,7 @@ def compute_values(encoder, metric: Metric, records: Sequence, *, medium: str = 
     good = [i for i in range(len(records)) if i not in bad]
     batch = EmbeddingBatch(encoder, [], prefix, medium, options)
     if encoder is not None and medium == "video":
-        from capscore.scores.video import video_of
+        from capscore.data.video import video_of  # noqa: PLC0415  (deferred: numpy)
 
         failed: dict[int, str] = {}  # collected even without ``errors``, so the first bad item is the one named
         frames = encoder.encode_videos([video_of(records[i]) for i in good], sampling=options.get("sampling"),
@@ -111,8 +113,6 @@ def batch_values(encoder, metric: Metric, images, captions: Sequence[str], refs=
                  options: Mapping | None = None) -> Values:
     """:func:`score_batch` below its checks: arguments already validated, ``metric`` a row, ``prefix``
     resolved. Items are named ``images[i]`` / ``captions[i]`` in errors."""
-    from capscore.validate import to_image_ref
-
     records = [Record(str(i), to_image_ref(img, f"images[{i}]"), cap,
                       () if refs is None else ((refs[i],) if isinstance(refs[i], str) else tuple(refs[i])),
                       source=f"captions[{i}]")
@@ -139,8 +139,6 @@ def score_batch(encoder, metric: "str | Metric", images, captions: Sequence[str]
     ``parts`` (its extra columns, e.g. ``image_score`` and ``ref_score`` for RefCLIP-S). A bad argument
     raises a ``param_error``; a bad item an :class:`InputError` naming it.
     """
-    from capscore import validate
-
     row = get_metric(metric)
     row.formula("image")  # an unknown name, or a video-only metric, fails before anything is read
     validate.check_score_args("capscore.score_batch", images, captions, refs, candidates=False, prefix=prefix)

@@ -57,6 +57,7 @@ import torch
 
 from capscore.backbones.vlm import Generation, VisionJudge, digit_token_ids, generate, llava_v1_prompt
 from capscore.errors import CapscoreError, unknown_name
+from capscore.data.images import ImageRef
 
 from capscore.scores.learned import EXPERT_CITATION, FLEUR_CITATION  # noqa: E402
 
@@ -195,8 +196,6 @@ def judge(vlm: VisionJudge, metric: str | JudgeSpec, images: Sequence, captions:
     """Score each (image, caption[, references]) with a judge metric (``"fleur"``, ``"reffleur"``,
     ``"expert"``). ``images``: PIL images or paths. ``explain``: run the second turn for every item that
     got a score. ``logits_processor``: extra generation processors (tests force answers with them)."""
-    from capscore.data.images import ImageRef
-
     spec = metric if isinstance(metric, JudgeSpec) else JUDGES.get(metric)
     if spec is None:
         raise unknown_name("judge metric", str(metric), JUDGES)

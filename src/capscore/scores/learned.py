@@ -15,6 +15,7 @@ extractor (:func:`capscore.scores.polos.extract`).
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -50,7 +51,7 @@ def weights_dir(given: str | os.PathLike | None = None) -> Path:
         return Path(given).expanduser()
     if os.environ.get(WEIGHTS_ENV):
         return Path(os.environ[WEIGHTS_ENV]).expanduser()
-    from capscore.embed.cache import DEFAULT_CACHE_DIR
+    from capscore.embed.cache import DEFAULT_CACHE_DIR  # noqa: PLC0415  (deferred: numpy)
 
     return DEFAULT_CACHE_DIR / "metric-weights"
 
@@ -58,7 +59,7 @@ def weights_dir(given: str | os.PathLike | None = None) -> Path:
 def weights_files(root: Path) -> list[tuple[str, str, Path, bool, str]]:
     """(metric, what, path, present, where published) for every file these metrics read under ``root``
     (``capscore doctor`` lists them)."""
-    from capscore.scores import deneb, polos
+    from capscore.scores import deneb, polos  # noqa: PLC0415  (deferred: torch)
 
     out = []
     for metric, spec in (("polos", polos.CHECKPOINT), ("polos, deneb", polos.SIMCSE), ("deneb", deneb.CHECKPOINT)):
@@ -75,7 +76,7 @@ def weights_files(root: Path) -> list[tuple[str, str, Path, bool, str]]:
 def missing(kind: str, root: Path) -> str:
     """'' when metric ``kind``'s released files are under ``root``, else the one line naming the first absent
     file and where it is published."""
-    from capscore.scores import deneb, polos
+    from capscore.scores import deneb, polos  # noqa: PLC0415  (deferred: torch)
 
     specs = {"polos": (polos.CHECKPOINT, polos.SIMCSE), "deneb": (deneb.CHECKPOINT, polos.SIMCSE)}.get(kind)
     if specs is None:
@@ -96,19 +97,19 @@ def _deneb_arch(clip_sd: Mapping) -> str | None:
 
 def _load(kind: str, root: Path, device: str, dtype: str):
     if kind == "polos":
-        from capscore.scores.polos import load_polos
+        from capscore.scores.polos import load_polos  # noqa: PLC0415  (deferred: torch)
 
         return load_polos(root, device=device, dtype=dtype)
     if kind == "deneb":
-        from capscore.backbones.released import find_weights
-        from capscore.scores.deneb import CHECKPOINT, load_deneb, read_deneb
+        from capscore.backbones.released import find_weights  # noqa: PLC0415  (deferred: torch)
+        from capscore.scores.deneb import CHECKPOINT, load_deneb, read_deneb  # noqa: PLC0415  (deferred: torch)
 
         path = find_weights(root, CHECKPOINT, metric="deneb")
         arch = _deneb_arch(read_deneb(path)[2])
         return load_deneb(root, device=device, dtype=dtype, clip_arch=arch, checkpoint=path)
-    from capscore.backbones.released import WeightsFile, find_weights
-    from capscore.backbones.vlm import load_vlm
-    from capscore.scores.judge import JUDGES
+    from capscore.backbones.released import WeightsFile, find_weights  # noqa: PLC0415  (deferred: torch)
+    from capscore.backbones.vlm import load_vlm  # noqa: PLC0415  (deferred: torch)
+    from capscore.scores.judge import JUDGES  # noqa: PLC0415  (deferred: torch)
 
     folder = JUDGE_FOLDERS[kind]
     find_weights(root, WeightsFile((f"{folder}/config.json",), JUDGES[kind].model, "its LLaVA model folder"),
@@ -145,8 +146,8 @@ class LearnedFormula:
         return f"{self.kind} weights in {weights_dir(options.get('metric_weights'))}"
 
     def compute(self, batch) -> Values:
-        from capscore.scores.deneb import score_deneb
-        from capscore.scores.polos import score_polos
+        from capscore.scores.deneb import score_deneb  # noqa: PLC0415  (deferred: torch)
+        from capscore.scores.polos import score_polos  # noqa: PLC0415  (deferred: torch)
 
         model = loaded(self.kind, batch.options)
         recs = batch.records
@@ -173,9 +174,7 @@ class JudgeFormula:
         return f"{self.kind} weights in {weights_dir(options.get('metric_weights')) / JUDGE_FOLDERS[self.kind]}"
 
     def compute(self, batch) -> Values:
-        import json
-
-        from capscore.scores.judge import judge
+        from capscore.scores.judge import judge  # noqa: PLC0415  (deferred: torch)
 
         vlm = loaded(self.kind, batch.options)
         recs = batch.records

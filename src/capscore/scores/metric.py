@@ -25,7 +25,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any, Protocol
+
+from capscore._log import warn
+from capscore.errors import CapscoreError, unknown_name
 
 #: What a formula may need from the encoder (declared, so a face can check a backbone before scoring):
 #: ``global`` vectors, text ``tokens``, image ``patches``, video ``frames``, ``refs`` (references),
@@ -91,7 +95,7 @@ class EmbeddingBatch:
 
     def refs(self):
         """(N, R, D) reference vectors (prefixed) and their (N, R) mask, R = the most references of an item."""
-        import torch
+        import torch  # noqa: PLC0415  (deferred: torch)
 
         R = max((len(r.refs) for r in self.records), default=0)
         flat = [self.prefix + ref for r in self.records for ref in r.refs]
@@ -109,7 +113,7 @@ class EmbeddingBatch:
     def frames(self):
         """One (F, D) tensor of frame vectors per video."""
         if self.frame_list is None:
-            from capscore.scores.video import video_of
+            from capscore.data.video import video_of  # noqa: PLC0415  (deferred: numpy)
 
             self.frame_list = self.encoder.encode_videos([video_of(r) for r in self.records],
                                                          sampling=self.options.get("sampling"))
@@ -171,8 +175,6 @@ class Metric:
     def formula(self, medium: str) -> Formula:
         f = getattr(self, medium, None) if medium in ("image", "video") else None
         if f is None:
-            from capscore.errors import CapscoreError
-
             other = [m for m in self.media if m != medium]
             raise CapscoreError(f"metric {self.name!r} does not score {medium}s"
                                 + (f"; it scores {other[0]}s" if other else ""))
@@ -237,24 +239,11 @@ def register(metric: Metric) -> Metric:
     return metric
 
 
-def _load_families() -> None:
-    # each family registers its rows when imported; importing them here keeps one entry point
-    import capscore.scores.clipscore  # noqa: F401  (CLIP-S, RefCLIP-S, PAC-S, RefPAC-S, MCS; EMScore on videos)
-    import capscore.scores.abe_metric  # noqa: F401, I001
-    import capscore.scores.specs  # noqa: F401, I001  (SPECS)
-    try:
-        import capscore.scores.classic  # noqa: F401  (BLEU, METEOR, ROUGE-L, CIDEr-D, SPICE)
-    except ModuleNotFoundError as e:
-        if e.name != "capscore.scores.classic":
-            raise
-    import capscore.scores.learned  # noqa: F401, I001  (Polos, DENEB, FLEUR, RefFLEUR, EXPERT)
-    load_plugins()
-
-
 #: The entry-point group through which an installed package registers metrics (docs/metric-plugins.md).
 PLUGIN_GROUP = "capscore.metrics"
 #: What went wrong loading each plug-in (entry-point name -> one line), for ``capscore models``.
 PLUGIN_ERRORS: dict[str, str] = {}
+_plugins_loaded = False
 
 
 def load_plugins() -> None:
@@ -262,10 +251,6 @@ def load_plugins() -> None:
     :class:`Metric` row, a list of rows, or a zero-argument callable returning either (or registering its
     rows itself). A plug-in that fails to import, or gives something else, is one warning line naming it
     and its package; the built-in metrics and the other plug-ins still load."""
-    from importlib.metadata import entry_points
-
-    from capscore._log import warn
-
     for ep in entry_points(group=PLUGIN_GROUP):
         dist = getattr(getattr(ep, "dist", None), "name", None) or "?"
         try:
@@ -284,15 +269,14 @@ def load_plugins() -> None:
             warn(f"metric plug-in {ep.name!r} ({ep.value}, package {dist}) was not loaded: {why}")
 
 
-_loaded = False
-
-
 def registry() -> dict[str, Metric]:
-    """Every registered metric, by name."""
-    global _loaded
-    if not _loaded:
-        _loaded = True
-        _load_families()
+    """Every registered metric, by name (each family registers its rows when imported; the package's
+    ``__init__`` imports them all, and it runs before any module of the package); the installed plug-ins'
+    rows join at the first call (:func:`load_plugins`)."""
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        load_plugins()
     return METRICS
 
 
@@ -302,8 +286,6 @@ def get_metric(name: "str | Metric") -> Metric:
         return name
     rows = registry()
     if name not in rows:
-        from capscore.errors import unknown_name
-
         raise unknown_name("metric", name, rows)
     return rows[name]
 

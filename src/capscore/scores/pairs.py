@@ -22,6 +22,8 @@ from capscore.data.records import Record
 from capscore.embed.engine import Encoder
 from capscore.errors import CapscoreError, OptionError, braced, unknown_name
 from capscore.scores.metric import EmbeddingBatch, Metric, get_metric, registry
+from capscore.scores.abe import make_config
+from capscore.validate import check_str
 
 PairScorer = Callable[[Encoder, Sequence, Sequence[str]], torch.Tensor]
 
@@ -76,8 +78,6 @@ def get_pair_scorer(name: str, *, prefix: str | None = None, **options) -> PairS
     itself, so callers pass captions as written. Reference-based metrics (refclip-s, refpac-s) have no
     pair form: a probe scores (image, text) pairs only.
     """
-    from capscore.validate import check_str
-
     check_str(prefix, "prefix", "get_pair_scorer", optional=True)
     names = pair_scorer_names()
     if name not in names:
@@ -89,8 +89,6 @@ def get_pair_scorer(name: str, *, prefix: str | None = None, **options) -> PairS
         raise OptionError(f"ABE-CLIP's {{options:--abe-k/--abe-p/--abe-omega/--concept-pool}} apply to "
                           f"{{scorer:--scorer}} abe only; got {braced(repr(name))}")
     if options:
-        from capscore.scores.abe import make_config
-
         make_config(**options)  # unknown options and bad values fail here, before any pair is scored
     row = get_metric(name)
     return MetricPairScorer(row, row.prefix_for("image", prefix), {"abe": dict(options)} if options else {})

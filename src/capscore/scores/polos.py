@@ -46,8 +46,10 @@ from pathlib import Path
 import torch
 
 from capscore.backbones.released import Part, WeightsFile, find_weights, numbered, read_checkpoint, take
-from capscore.backbones.sentence import SentenceEncoder, SentenceFeatures
+from capscore.backbones.sentence import SentenceEncoder, SentenceFeatures, load_sentence_encoder
 from capscore.errors import CapscoreError, param_error
+from capscore.backbones.extract import raw_image_vectors, raw_text_vectors
+from capscore.backbones.openai_ckpt import backbone_from_state_dict
 
 from capscore.scores.learned import POLOS_CITATION as CITATION  # noqa: E402
 CLIP_PREFIX = "A photo depicts "  # PolosEstimator.forward, for candidates and references alike
@@ -287,9 +289,6 @@ def load_polos(weights_dir: str | Path | None, *, device: str = "cpu", dtype: st
 
     ``clip``: a capscore backbone to use instead of the checkpoint's own CLIP tower (same weights, shared
     encoding); ``checkpoint``: a checkpoint file elsewhere than ``DIR/polos/``."""
-    from capscore.backbones.openai_ckpt import backbone_from_state_dict
-    from capscore.backbones.sentence import load_sentence_encoder
-
     path = Path(checkpoint) if checkpoint else find_weights(weights_dir, CHECKPOINT, metric="polos")
     head, enc_sd, clip_sd = read_polos(path)
     folder = find_weights(weights_dir if weights_dir is not None else path.parent.parent, SIMCSE, metric="polos")
@@ -315,8 +314,6 @@ def extract(sentence: SentenceEncoder, clip, images: Sequence, captions: Sequenc
             refs: Sequence[Sequence[str]], *, clip_prefix: str, batch_size: int = 64) -> Features:
     """Run the two extractors (shared by Polos and DENEB): each distinct image once, each distinct text
     (candidate or reference) once per encoder."""
-    from capscore.backbones.extract import raw_image_vectors, raw_text_vectors
-
     if not (len(images) == len(captions) == len(refs)):
         raise CapscoreError(f"{len(images)} images, {len(captions)} captions and {len(refs)} reference lists; "
                             "expected one of each per item")

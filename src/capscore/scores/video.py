@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from capscore.errors import CapscoreError, InputError
+from capscore.scores.metric import Values
 
 if TYPE_CHECKING:  # torch and the engine load where a formula runs: the registry's names are known without them
     import torch
@@ -78,7 +79,7 @@ def _f1(p: float, r: float) -> float:
 
 def video_embedding(frames: torch.Tensor) -> torch.Tensor:
     """(F, D) normalised frame vectors -> (D,) normalised mean."""
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # noqa: PLC0415  (deferred: torch)
 
     return F.normalize(frames.mean(dim=0), dim=-1)
 
@@ -87,7 +88,7 @@ def em_score(
     frames: torch.Tensor, tokens: torch.Tensor, text_global: torch.Tensor, *, idf: torch.Tensor | None = None
 ) -> VideoScore:
     """EMScore(X, V) of one caption: frames (F, D), tokens (L, D), text_global (D,), all normalised."""
-    import torch
+    import torch  # noqa: PLC0415  (deferred: torch)
 
     sim = tokens @ frames.T  # (L, F)
     w = torch.ones(tokens.shape[0]) if idf is None else idf.float()
@@ -103,7 +104,7 @@ def text_em_score(
     cand_idf: torch.Tensor | None = None, ref_idf: torch.Tensor | None = None,
 ) -> VideoScore:
     """EMScore(X, X*) against one reference: cand (L, D), ref (M, D) token vectors, globals (D,)."""
-    import torch
+    import torch  # noqa: PLC0415  (deferred: torch)
 
     sim = cand @ ref.T  # (L, M)
     wc = torch.ones(cand.shape[0]) if cand_idf is None else cand_idf.float()
@@ -150,7 +151,7 @@ def idf_weights(token_ids: Iterable[Sequence[int]], *, eos_id: int | None = None
 def _idf_vector(idf: Mapping[int, float] | None, ids: Sequence[int]) -> torch.Tensor | None:
     if idf is None:
         return None
-    import torch
+    import torch  # noqa: PLC0415  (deferred: torch)
 
     return torch.tensor([idf.get(i, idf.get(-1, 1.0)) for i in ids])
 
@@ -198,8 +199,6 @@ class VideoFormula:
     def compute(self, batch) -> "Values":
         """Scores of an :class:`~capscore.scores.metric.EmbeddingBatch` of video records
         (``batch.options``: ``sampling``, ``idf``)."""
-        from capscore.scores.metric import Values
-
         if self.final != "clip-s":
             _check_frames_meet_tokens(batch.encoder)
         frames = batch.frames()
@@ -242,7 +241,7 @@ class VideoResult:
 def combine(metric: VideoFormula, frames: torch.Tensor, cand: TokenFeatures | torch.Tensor,
             refs: Sequence[TokenFeatures] = (), *, idf: Mapping[int, float] | None = None) -> VideoResult:
     """One pair's result from its embeddings (pure). ``cand`` is a global vector for clip-s."""
-    from capscore.embed.engine import TokenFeatures
+    from capscore.embed.engine import TokenFeatures  # noqa: PLC0415  (deferred: numpy, torch)
 
     if metric.final == "clip-s":
         g = cand.global_ if isinstance(cand, TokenFeatures) else cand
@@ -289,18 +288,6 @@ def _check_frames_meet_tokens(encoder: Encoder) -> None:
 
 def load_frames(video, sampling="all") -> list:
     """A video reference -> its sampled frames as RGB images (all frames by default)."""
-    from capscore.data.video import Sampling, VideoRef
+    from capscore.data.video import Sampling, VideoRef  # noqa: PLC0415  (deferred: numpy)
 
     return VideoRef.of(video).load(Sampling.parse(sampling))
-
-
-def video_of(rec):
-    """The :class:`VideoRef` of a record (records from caption files carry an ImageRef with the path)."""
-    from capscore.data.video import VideoRef
-
-    v = rec.image
-    if isinstance(v, VideoRef):
-        return v
-    if getattr(v, "path", None) is None:
-        raise InputError(rec.source or f"item {rec.id}", "no video path")
-    return VideoRef(path=v.path, name=f"{rec.source}: video {v.path}" if rec.source else v.name)

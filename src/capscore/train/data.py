@@ -29,7 +29,7 @@ field              recipes               meaning
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from capscore.data.images import ImageRef
@@ -108,9 +108,7 @@ def specs_units(examples: list[Example], *, grammar: str = "capscore") -> tuple[
     has fewer than two units and so gives no (c_j, c_j + d⁺) pair). Callers report the
     skipped ones.
     """
-    from dataclasses import replace
-
-    from capscore.probes.segment import detail_units
+    from capscore.probes.segment import detail_units  # noqa: PLC0415  (deferred: numpy, torch)
 
     out, skipped = [], []
     for ex in examples:
@@ -158,9 +156,9 @@ def scene_examples(n: int, *, seed: int = 0, split: str = "train", size: int = 6
     (:meth:`~capscore.scenes.graph.Scene.false_detail_units`, drawn from their own stream, so the other
     fields are what they were before it existed).
     """
-    import numpy as np
+    import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
-    from capscore.scenes import generate_scenes
+    from capscore.scenes import generate_scenes  # noqa: PLC0415  (deferred: numpy)
 
     out = []
     for sc in generate_scenes(n, seed=seed, split=split, size=size, start=start):
@@ -183,9 +181,9 @@ def scene_examples(n: int, *, seed: int = 0, split: str = "train", size: int = 6
 
 def rerender(scene, *, jitter: float = 0.6):
     """The scene re-drawn with each object displaced inside its cell (a new layout of the same graph)."""
-    import numpy as np
+    import numpy as np  # noqa: PLC0415  (deferred: numpy)
 
-    from capscore.scenes.graph import GRID, SceneObject, render_objects
+    from capscore.scenes.graph import GRID, SceneObject, render_objects  # noqa: PLC0415  (deferred: numpy)
 
     rng = np.random.default_rng([scene.seed, scene.index, 777])
     moved = []

@@ -30,13 +30,16 @@ from scipy.stats import kendalltau
 
 from capscore.backbones.base import Backbone
 from capscore.embed.engine import Encoder, MemoryCache
+from capscore._log import CapscoreWarning
+from capscore.perturb.prmcs import PERTURBATIONS, perturb
+from capscore.probes.formats import ProbeItem
+from capscore.probes.run import run_specificity
+from capscore.scenes import generate_scenes, render_size
 
 
 @contextmanager
 def quiet_builtin_truncation() -> Iterator[None]:
     """Encode capscore's built-in scenes without the truncated-captions warning (other warnings pass)."""
-    from capscore._log import CapscoreWarning
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="captions longer than", category=CapscoreWarning)
         yield
@@ -46,8 +49,6 @@ def scene_evaluator(n: int = 48, *, seed: int = 10_000, languages: tuple[str, ..
                     specificity: bool = True, perturbations: bool = False, graded_per_scene: int = 4):
     """A function backbone -> {metric: value} over ``n`` scenes (disjoint seed from training), drawn
     at the backbone's input size (:func:`capscore.scenes.render_size`; the same scenes at any size)."""
-    from capscore.scenes import generate_scenes, render_size
-
     scenes = generate_scenes(n, seed=seed)
     drawn: dict[int, list] = {}  # size -> images
     rng = np.random.default_rng(seed)
@@ -70,9 +71,6 @@ def scene_evaluator(n: int = 48, *, seed: int = 10_000, languages: tuple[str, ..
         out = {"r1_i2t": float((S.argmax(1) == np.arange(n)).mean()),
                "r1_t2i": float((S.argmax(0) == np.arange(n)).mean())}
         if specificity:
-            from capscore.probes.formats import ProbeItem
-            from capscore.probes.run import run_specificity
-
             items = [ProbeItem(s.id, im, s.long_caption()) for s, im in zip(scenes, images)]
             res = run_specificity(enc, items, units=[s.detail_units() for s in scenes], seed=seed)
             out |= {k: res.summary[0][k] for k in ("sr_pos", "sr_neg", "sr_mean", "sr_pos_images", "sr_neg_images",
@@ -91,8 +89,6 @@ def scene_evaluator(n: int = 48, *, seed: int = 10_000, languages: tuple[str, ..
 
 
 def _drops(enc: Encoder, scenes, img: torch.Tensor, lang: str, seed: int) -> dict:
-    from capscore.perturb.prmcs import PERTURBATIONS, perturb
-
     orig = [s.short_caption(lang) for s in scenes]
     s_orig = (img * enc.encode_texts(orig)).sum(-1)
     out = {}

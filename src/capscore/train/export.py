@@ -5,13 +5,12 @@ import json
 from pathlib import Path
 
 from capscore.backbones.base import Backbone
+from capscore.backbones.openai_ckpt import save_openai_checkpoint
 
 
 def export_model(backbone: Backbone, path: str | Path) -> Path:
     """Write ``backbone`` for ``--model ckpt:PATH``. A stretched (248-token) tower is written in
     LongCLIP's two-table layout (``positional_embedding`` + ``positional_embedding_res``)."""
-    from capscore.backbones.openai_ckpt import save_openai_checkpoint
-
     stretched = getattr(backbone.model, "_capscore_keep", None) is not None
     return save_openai_checkpoint(backbone, path, layout="longclip" if stretched else "plain")
 

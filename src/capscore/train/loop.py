@@ -35,6 +35,8 @@ from typing import Protocol
 
 import numpy as np
 import torch
+import shutil
+from safetensors.torch import load_file, save_file
 
 from capscore._log import open_bar
 from capscore.backbones.base import Backbone
@@ -227,8 +229,6 @@ def _set_rng_state(meta: dict, tensors: dict) -> None:
 def save_checkpoint(folder: Path, backbone, optimizer, scaler, step: int, state: dict, cfg: TrainConfig) -> Path:
     """``folder/step-NNNNNN/``: model.safetensors, state.pt (optimizer + RNG tensors, loads with
     ``weights_only=True``), trainer.json (step, recipe state, config, python/numpy RNG)."""
-    from safetensors.torch import save_file
-
     d = folder / f"step-{step:06d}"
     tmp = folder / f".tmp-step-{step:06d}"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -239,8 +239,6 @@ def save_checkpoint(folder: Path, backbone, optimizer, scaler, step: int, state:
                 "scaler": scaler.state_dict() if scaler is not None else {}}, tmp / "state.pt")
     (tmp / "trainer.json").write_text(json.dumps({"step": step, "state": state, "rng": meta, "config": asdict(cfg)}))
     if d.exists():
-        import shutil
-
         shutil.rmtree(d)
     tmp.rename(d)  # a crash mid-write never leaves a half checkpoint under the final name
     return d
@@ -260,8 +258,6 @@ def prune_checkpoints(folder: Path, keep: int) -> list[Path]:
     """Delete all but the ``keep`` newest ``step-*`` folders (``keep`` 0: none); returns those deleted.
     A checkpoint is ~3x the fp32 weights (weights + AdamW moments), so long runs with ``--ckpt-every``
     otherwise fill the disk."""
-    import shutil
-
     if keep <= 0:
         return []
     gone = _checkpoints(folder)[:-keep]
@@ -271,8 +267,6 @@ def prune_checkpoints(folder: Path, keep: int) -> list[Path]:
 
 
 def load_checkpoint(d: Path, backbone, optimizer, scaler, cfg: TrainConfig) -> tuple[int, dict]:
-    from safetensors.torch import load_file
-
     info = json.loads((d / "trainer.json").read_text())
     saved = info["config"]
     for key in ("batch_size", "accum", "seed", "steps", "lr", "warmup", "amp"):
@@ -509,7 +503,7 @@ def _train(backbone: Backbone, step_fn: StepFn, examples, cfg: TrainConfig, out,
 
 def _tensorboard(out: Path):
     try:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415  (deferred: tensorboard)
     except ImportError:
         raise CapscoreError("tensorboard=True needs the 'tensorboard' package (pip install tensorboard)") from None
     return SummaryWriter(str(out / "tensorboard"))

@@ -35,13 +35,15 @@ from dataclasses import dataclass, field
 import torch
 
 from capscore.backbones.base import Backbone
-from capscore.errors import unknown_name
+from capscore.errors import InputError, unknown_name
 from capscore.train import objectives as obj
 from capscore.train import scenes_tiny
 from capscore.train.data import Example, negative_detail
 from capscore.train.loop import encode_texts
 from capscore.train.options import RecipeParams, choice, non_negative, option, probability
 from capscore.train.surgery import freeze, freeze_tower, stretch_text_tower
+from capscore.perturb.prmcs import PERTURBATIONS, perturb
+from capscore.probes.segment import GRAMMARS
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,6 @@ class SpecsParams(CommonParams):
     negatives: str = choice(*SPECS_NEGATIVES)
 
     def check(self) -> None:
-        from capscore.probes.segment import GRAMMARS
-
         if self.grammar not in GRAMMARS:
             raise self.error("grammar", " or ".join(repr(g) for g in GRAMMARS))
 
@@ -195,8 +195,6 @@ def specs_triplets(batch: list[Example], rng: random.Random, *, negatives: str =
                    shuffle_prob: float = 0.9) -> tuple[list[tuple[str, str]], list[str]]:
     """(c_j, d⁺) per example (:func:`specs_triplet`) and d⁻ per example (``negatives``:
     :data:`SPECS_NEGATIVES`)."""
-    from capscore.errors import InputError
-
     draws = [_specs_draw(e, rng) for e in batch]
     trip = [(b, d) for b, d, _ in draws]
     if negatives == "batch":
@@ -242,8 +240,6 @@ def _teacher_texts(bb, texts):
 
 
 def _perturb(text: str, lang: str, rng: random.Random, p: PrmcsParams) -> str:
-    from capscore.perturb.prmcs import PERTURBATIONS, perturb
-
     kinds = list(PERTURBATIONS)
     rng.shuffle(kinds)
     for kind in kinds:  # substitution needs nouns (spaCy, English) — fall through to another kind

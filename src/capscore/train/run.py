@@ -1,4 +1,4 @@
-"""One training run from a :class:`~capscore.train.options.TrainSpec`: data, model, the loop, export.
+"""One training run from a :class:`~capscore.train.spec.TrainSpec`: data, model, the loop, export.
 
 :func:`train_config` turns a spec into the loop's :class:`~capscore.train.loop.TrainConfig` (each option
 the spec leaves at None takes the recipe's value -- its paper's optimiser, or the scenes-tiny recipe's
@@ -16,9 +16,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capscore.errors import CapscoreError
-from capscore.train.loop import TrainConfig, TrainResult
-from capscore.train.options import Stage, TrainSpec, stage_model
+from capscore.errors import CapscoreError, OptionError, braced, unknown_name
+from capscore.train.loop import TrainConfig, TrainResult, latest_checkpoint, train
+from capscore.train.spec import Stage, TrainSpec, load_recipe_file, stage_model
+from capscore.backbones import load_backbone
+from capscore.backbones.openai_ckpt import parse_spec_options
+from capscore.backbones.registry import parse_model_spec
+from capscore.report.writers import OutputLock
+from capscore.scenes.evaluate import evaluate_scenes, format_report
+from capscore.scenes.tiny import BUNDLED_FILES, backbone_from_file, weights_arch
+from capscore.train import data as D
+from capscore.train.evaluate import quiet_builtin_truncation, scene_evaluator
+from capscore.train.export import export_model, write_model_card
+from capscore.train.options import find_recipe_file
+from capscore.train.recipes import get_recipe, make_step
+from capscore.train.scenes_tiny import bundle_report, export_bundled
 
 GENERIC_OPTIM = dict(lr=1e-5, weight_decay=0.1, batch_size=32, accum=1, betas=(0.9, 0.98), eps=1e-6)
 GENERIC_SCHEDULE = dict(steps=100, warmup=10, grad_clip=None, min_lr_ratio=0.0, no_decay=())
@@ -29,8 +41,6 @@ def train_config(spec: TrainSpec, *, device: str = "cpu") -> TrainConfig:
     recipe's ``train_defaults``, else :data:`GENERIC_SCHEDULE`; lr, weight decay, batch size,
     accumulation, betas and eps from the spec, else the recipe's paper values (``Recipe.optim``), else
     :data:`GENERIC_OPTIM` (CLIP's betas and eps)."""
-    from capscore.train.recipes import get_recipe
-
     recipe = get_recipe(spec.recipe)
     out = {}
     for key, default in GENERIC_SCHEDULE.items():
@@ -47,8 +57,6 @@ def train_config(spec: TrainSpec, *, device: str = "cpu") -> TrainConfig:
 
 def start_model(spec: TrainSpec) -> str:
     """The model a run starts from: the spec's, else the recipe's (scenes-tiny: a random init), else scenes-tiny."""
-    from capscore.train.recipes import get_recipe
-
     return spec.model or get_recipe(spec.recipe).start_model or "scenes-tiny"
 
 
@@ -66,14 +74,6 @@ def run_spec(spec: TrainSpec, out: str | Path, *, device: str = "cpu", dtype: st
              resume: bool = False, command: str = "") -> RunOutput:
     """Train ``spec`` into folder ``out`` (``resume``: continue from its last checkpoint; ``command``: the
     command line recorded in the model card and the exported files)."""
-    from capscore.backbones import load_backbone
-    from capscore.report.writers import OutputLock
-    from capscore.train import data as D
-    from capscore.train.evaluate import scene_evaluator
-    from capscore.train.export import export_model, write_model_card
-    from capscore.train.loop import train
-    from capscore.train.recipes import get_recipe, make_step
-
     recipe, params, notes = get_recipe(spec.recipe), spec.params, []
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -151,18 +151,12 @@ def _start_arch(model_spec: str) -> str | None:
     (``openclip:scenes-tiny-v3``), a bundled model (the architecture its weights file names, so a run that
     continues ``--model scenes-tiny`` exports a file the bundled loader reads right), or ``ckpt:PATH#arch=NAME``;
     else None."""
-    from capscore.backbones.registry import parse_model_spec
-
     adapter, rest = parse_model_spec(model_spec)
     if adapter.prefix == "openclip" and ":" not in rest:  # an architecture by name, not hf-hub:/local-dir:
         return rest.split("/")[0]
     if adapter.prefix == "bundled":
-        from capscore.scenes.tiny import BUNDLED_FILES, weights_arch
-
         return weights_arch(BUNDLED_FILES[rest]) if rest in BUNDLED_FILES else None
     if adapter.prefix == "ckpt":
-        from capscore.backbones.openai_ckpt import parse_spec_options
-
         return parse_spec_options(rest)[1].get("arch")
     return None
 
@@ -173,10 +167,6 @@ def _export_scenes_tiny(bb, out: Path, params: dict, cfg: TrainConfig, command: 
     in its metadata) and OUT/scenes-tiny.json, the training report beside a bundled file; with
     ``eval_scenes`` N, ``capscore scenes eval``'s table on N held-out scenes, measured on the exported fp16
     file as the bundled loader reads it (also in OUT/scenes-eval.json)."""
-    from capscore.scenes.tiny import backbone_from_file
-    from capscore.train.evaluate import quiet_builtin_truncation
-    from capscore.train.scenes_tiny import bundle_report, export_bundled
-
     arch = _start_arch(model_spec)
     path = out / "scenes-tiny.safetensors"
     if arch is None:
@@ -187,8 +177,6 @@ def _export_scenes_tiny(bb, out: Path, params: dict, cfg: TrainConfig, command: 
     print(f"bundled format: {path} ({path.stat().st_size / 1e6:.1f} MB, fp16)")
     evaluation = None
     if eval_scenes:
-        from capscore.scenes.evaluate import evaluate_scenes, format_report
-
         shipped = backbone_from_file(path, spec=str(path)) if arch else bb  # no arch named: the live model
         with quiet_builtin_truncation():
             evaluation = evaluate_scenes(shipped, n=eval_scenes)
@@ -212,10 +200,6 @@ def build_stages(recipe: str, *, config: str | Path | None = None, stage: str | 
     defaults; each with ``options`` (TrainSpec fields; ``betas`` and ``languages`` may be text, parsed by their
     type: "0.9,0.98", "de,fr") and ``sets`` (recipe parameters, {KEY: VALUE} or "KEY=VALUE" items, parsed by
     their type) applied over it."""
-    from capscore.errors import OptionError, braced, unknown_name
-    from capscore.train.options import find_recipe_file, load_recipe_file
-    from capscore.train.recipes import get_recipe
-
     if sets is not None and not isinstance(sets, Mapping):
         pairs = [s.partition("=") for s in sets]
         for s, (_, eq, _) in zip(sets, pairs):
@@ -248,8 +232,6 @@ def run_stages(stages: Sequence[Stage], out: str | Path, *, device: str = "cpu",
     resuming a several-stage file, a stage with no checkpoint yet starts from its beginning.
     ``on_stage(stage, folder)`` is called before each stage of a several-stage file, ``on_done(stage, output)``
     after every stage."""
-    from capscore.train.loop import latest_checkpoint
-
     several = len(stages) > 1 or bool(stages[0].name)
     done = []
     for stage, folder in resolve_stages(stages, out):

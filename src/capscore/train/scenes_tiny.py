@@ -16,7 +16,7 @@ docs/research/scenes-training.md. Parameters (:class:`ScenesTinyParams`):
   to the scene -- uniformly, or by ``negative_weights``; ``prefix_p`` of the pairs carry CLIP-S's prompt
   prefix;
 * **image twins** (``twins`` = p): after a scene, with probability p, its counterfactual twin
-  (:func:`capscore.scenes.captions.counterfactual`: the scene edited so that its hard negative is true and
+  (:func:`capscore.scenes.graph.counterfactual`: the scene edited so that its hard negative is true and
   the correct twin false) takes the next slot of the micro-batch, with the flawed caption as its positive
   and the exact correct caption as its negative -- a minimal pair both ways, so a text-only prior cannot
   win it. A micro-batch stays B examples;
@@ -55,6 +55,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import json
+from open_clip.transformer import PatchDropout
+from pathlib import Path
+from safetensors.torch import save_file
 
 from capscore.backbones.base import Backbone
 from capscore.data.images import ImageRef
@@ -64,6 +68,9 @@ from capscore.train import objectives as obj
 from capscore.train.data import Example
 from capscore.train.loop import encode_texts_bucketed
 from capscore.train.options import RecipeParams, choice, non_negative, option, probability
+from capscore.scenes import ERROR_KINDS, applicable_errors, generate_scenes, make_flaw, render_size
+from capscore.scenes.captions import Caption, detail_units
+from capscore.scenes.graph import counterfactual
 
 HARD_NEGATIVE_KINDS = ("color", "shape", "count", "attribute_swap", "relation", "hallucination")
 CLIP_S_PREFIX = "A photo depicts "
@@ -76,8 +83,6 @@ START_MODEL = "openclip:scenes-tiny-v1"  # random init from the seed
 
 
 def _kinds_ok(kinds: tuple[str, ...]) -> bool:
-    from capscore.scenes import ERROR_KINDS
-
     return bool(kinds) and all(k in ERROR_KINDS for k in kinds)
 
 
@@ -117,8 +122,6 @@ def _positive_and_negative(scene, flaw, rng: np.random.Generator) -> tuple[str, 
     """A true caption and a false one. Half the time the exact twins (one edit apart); otherwise
     another true caption of the scene (short, paraphrase, long prefix) against the flawed twin. The third
     string is the exact correct twin in the negative's style (the negative of the scene's image twin)."""
-    from capscore.scenes.captions import Caption, detail_units
-
     style = int(rng.integers(3))
     negative = flaw.flawed_caption.realise(style=style)
     twin = flaw.correct_caption.realise(style=style)
@@ -144,16 +147,13 @@ class SceneStream:
     kinds: tuple[str, ...] = HARD_NEGATIVE_KINDS
     weights: np.ndarray | None = None  # None: uniform over the kinds that apply to each scene
     prefix_p: float = 0.25  # share of pairs with the CLIP-S prompt prefix, so CLIP-S scoring sees it
-    twins: float = 0.0  # probability that a scene's image twin (capscore.scenes.captions.counterfactual) follows it
+    twins: float = 0.0  # probability that a scene's image twin (capscore.scenes.graph.counterfactual) follows it
     single_until: int = 0  # micro-batches k < this hold single-object scenes (a curriculum); 0: none
     bound: float = 0.0  # probability that a colour/shape/count/hallucination negative is drawn bound (make_flaw)
     per_image: int = 1  # hard negatives per image: the first as before, the others in ``Example.more_negatives``
     min_objects: int = 1  # after the single-object phase, scenes hold min_objects .. MAX_OBJECTS objects
 
     def batch(self, k: int, batch_size: int) -> list[Example]:
-        from capscore.scenes import generate_scenes
-        from capscore.scenes.captions import counterfactual
-
         one = dict(min_objects=1, max_objects=1) if k < self.single_until else dict(min_objects=self.min_objects)
         scenes = generate_scenes(batch_size, seed=self.seed, split="train", size=self.size, start=k * batch_size,
                                  **one)
@@ -180,8 +180,6 @@ class SceneStream:
 
     def _flaw(self, s, rng: np.random.Generator):
         """(kind, flaw): a kind among those of ``kinds`` that apply to scene ``s`` (by ``weights``), one error of it."""
-        from capscore.scenes import applicable_errors, make_flaw
-
         ok = applicable_errors(s)
         idx = [i for i, kind in enumerate(self.kinds) if kind in ok]
         if not idx:  # no chosen kind applies to this scene: every scene still gets a negative
@@ -205,8 +203,6 @@ class SceneStream:
 
 
 def data(bb: Backbone, p: ScenesTinyParams, *, seed: int) -> SceneStream:
-    from capscore.scenes import render_size
-
     kinds, weights = negative_mix(p)
     return SceneStream(seed, size=render_size(bb), kinds=kinds, weights=weights, prefix_p=p.prefix_p,
                        twins=p.twins, single_until=p.single_object_steps, bound=p.bound_negatives,
@@ -231,7 +227,6 @@ def _dropping_patches(bb: Backbone, prob: float):
     if prob <= 0:
         yield
         return
-    from open_clip.transformer import PatchDropout
 
     visual = bb.model.visual
     old = visual.patch_dropout
@@ -269,10 +264,6 @@ def step(bb: Backbone, batch: list[Example], *, p: ScenesTinyParams, step: int =
 
 def export_bundled(bb: Backbone, path, metadata: dict) -> None:
     """fp16 safetensors in open_clip layout: a drop-in for ``capscore/scenes/weights/`` (metadata: strings)."""
-    from pathlib import Path
-
-    from safetensors.torch import save_file
-
     path = Path(path)
     state = {k: v.detach().cpu().to(torch.float16).contiguous() for k, v in bb.model.state_dict().items()
              if v.is_floating_point()}
@@ -289,9 +280,6 @@ def bundle_report(log_path, *, arch: str | None, command: str, config: dict, rec
     loop's config and the recipe's parameters, the parameter count, the training time (the sum of the
     logged per-step seconds, evaluations excluded), the loss log as means over blocks of ``every``
     steps, the torch version and thread count, and the ``capscore scenes eval`` result."""
-    import json
-    from pathlib import Path
-
     logged = [e for e in map(json.loads, Path(log_path).read_text().splitlines()) if "loss" in e]
     steps = sorted({e["step"]: e for e in logged}.values(), key=lambda e: e["step"])  # a resume may repeat steps
     history = []

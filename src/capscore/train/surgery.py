@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from capscore.backbones.base import Backbone
 from capscore.backbones.longclip import KEEP, RATIO, resize_text_positions, split_long_positional, stretched_length
@@ -98,8 +99,6 @@ def export_openai(backbone: Backbone, path: str | Path, *, metadata: dict | None
     ``positional_embedding_res`` = the trained one, read for rows >= keep), which
     :func:`capscore.backbones.longclip.merge_long_positional` folds back on load.
     """
-    from safetensors.torch import save_file
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     model = backbone.model
