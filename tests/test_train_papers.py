@@ -37,7 +37,7 @@ def test_prmcs_optimiser_defaults_are_the_papers_and_overridable():
     assert (o.lr, o.betas, o.eps) == (1e-4, (0.8, 0.95), 1e-6)
     with pytest.raises(CapscoreError, match="The 'betas' parameter of recipe prmcs must be two floats"):
         TrainSpec.parse_options("prmcs", {"betas": "0.9"})
-    with pytest.raises(CapscoreError, match="The 'accum' parameter of recipe specs must be a positive whole number"):
+    with pytest.raises(CapscoreError, match="The 'accum' parameter of recipe specs must be a whole number in \\[1, 65,536\\]"):
         _spec("specs", accum=0)
 
 

@@ -47,7 +47,7 @@ from capscore.scores.polos import (
 )
 from capscore.backbones.openai_ckpt import backbone_from_state_dict
 
-from capscore.scores.learned import DENEB_CITATION as CITATION  # noqa: E402
+from capscore.scores.citations import DENEB_CITATION as CITATION  # noqa: E402
 CLIP_PREFIX = "In the image, "  # DenebEstimator.forward, for candidates and references alike
 CLIP_MEAN_STD = ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))  # open_clip ViT-L-14 laion2b_s32b_b82k's transform
 HEADS = 8  # TransformerEncoderLayer(nhead=8)

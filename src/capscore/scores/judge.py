@@ -59,7 +59,7 @@ from capscore.backbones.vlm import Generation, VisionJudge, digit_token_ids, gen
 from capscore.errors import CapscoreError, unknown_name
 from capscore.data.images import ImageRef
 
-from capscore.scores.learned import EXPERT_CITATION, FLEUR_CITATION  # noqa: E402
+from capscore.scores.citations import EXPERT_CITATION, FLEUR_CITATION  # noqa: E402
 
 FLEUR_PROMPT = (
     "Your task is to evaluate and rate the caption on a scale of 0.0 to 1.0 based on the given Grading Criteria. "

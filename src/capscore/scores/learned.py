@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from capscore.scores.citations import DENEB_CITATION, EXPERT_CITATION, FLEUR_CITATION, POLOS_CITATION
 from capscore.scores.metric import Metric, Values, register
 
 WEIGHTS_ENV = "CAPSCORE_METRIC_WEIGHTS"
@@ -31,14 +32,6 @@ JUDGE_FOLDERS = {"fleur": "llava-1.5-13b-hf", "reffleur": "llava-1.5-13b-hf", "e
 JUDGE_BATCH = 8
 JUDGE_MAX_NEW_TOKENS = 512
 
-POLOS_CITATION = ("Wada, Kaneda, Saito, Sugiura. Polos: Multimodal Metric Learning from Human Feedback for Image "
-                  "Captioning. CVPR 2024 (arXiv:2402.18091); code github.com/keio-smilab24/Polos")
-DENEB_CITATION = ("Matsuda, Wada, Sugiura. DENEB: A Hallucination-Robust Automatic Evaluation Metric for Image "
-                  "Captioning. ACCV 2024 (arXiv:2409.19255); code github.com/Ka2ukiMatsuda/DENEB")
-FLEUR_CITATION = ("Lee, Park, Kim, Kim, Kang. FLEUR: An Explainable Reference-Free Evaluation Metric for Image "
-                  "Captioning Using a Large Multimodal Model. ACL 2024; code github.com/Yebin46/FLEUR")
-EXPERT_CITATION = ("Kim, Kim, Jeong, Cho, Cho. EXPERT: An Explainable Image Captioning Evaluation Metric with "
-                   "Structured Explanations. Findings of ACL 2025 (arXiv:2506.24016); code github.com/hjkim811/EXPERT")
 #: The judge metrics: (citation, reference-based).
 JUDGE_ROWS = {"fleur": (FLEUR_CITATION, False), "reffleur": (FLEUR_CITATION, True), "expert": (EXPERT_CITATION, False)}
 

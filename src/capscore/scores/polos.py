@@ -51,7 +51,7 @@ from capscore.errors import CapscoreError, param_error
 from capscore.backbones.extract import raw_image_vectors, raw_text_vectors
 from capscore.backbones.openai_ckpt import backbone_from_state_dict
 
-from capscore.scores.learned import POLOS_CITATION as CITATION  # noqa: E402
+from capscore.scores.citations import POLOS_CITATION as CITATION  # noqa: E402
 CLIP_PREFIX = "A photo depicts "  # PolosEstimator.forward, for candidates and references alike
 LAYER_NORM_EPS = 1e-12  # ScalarMixWithDropout._do_layer_norm
 LAYER_NORMS = ("sentence", "batch")
