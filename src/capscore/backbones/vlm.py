@@ -114,7 +114,7 @@ def load_vlm(folder: str | Path, *, device: str = "cpu", dtype: str = "fp32",
              trust_remote_code: bool = False) -> VisionJudge:
     """A ``LlavaForConditionalGeneration`` folder (config, safetensors, tokenizer, image processor), offline.
 
-    ``dtype``: the authors ran float16 on GPUs. Remote code only with ``trust_remote_code=True``."""
+    ``dtype``: the authors ran float16 on GPUs. Remote code runs only when the caller sets ``trust_remote_code``."""
     from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer, LlavaForConditionalGeneration
 
     base = Path(folder).expanduser()
