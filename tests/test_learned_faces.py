@@ -172,20 +172,37 @@ def test_compare_and_report_read_a_polos_run(wdir, data, tmp_path, capsys):
     assert "polos (own models)" in (tmp_path / "r.html").read_text()
 
 
-def test_the_ray_engine_refuses_them_in_one_line(wdir, data, tmp_path):
-    from capscore import pipeline
-    from capscore.data.sources import CaptionFiles
-    from capscore.errors import CapscoreError
+def test_the_ray_driver_checks_their_files_without_loading_them_and_starts_no_cluster_when_one_is_absent(
+        tmp_path, capsys, monkeypatch):
+    """--engine ray: the driver checks that each metric's released files are there (its actors load them);
+    with DENEB's absent, the run is the local engine's one line before a cluster starts, and the driver has
+    loaded no model (Polos's files, present, included)."""
+    pytest.importorskip("ray")
+    from shard_inputs import samples, write_webdataset
 
-    class Elsewhere:  # any executor but the local one
-        pass
+    from capscore.cli import main
+    from capscore.engines import ray as ray_engine
+    from capscore.scores import learned
 
-    src = CaptionFiles(str(data / "img"), [str(data / "caps.json")], str(data / "refs.json")).open()
-    job = pipeline.ScoreJob(source=src, models=(), metrics=("polos",), options={"metric_weights": str(wdir)},
-                            output=pipeline.FileOutput(tmp_path / "o.jsonl"))
-    with pytest.raises(CapscoreError, match=r"^polos loads its own models in this process \(--metric-weights\); "
-                                            r"score it without (--)?engine ray$"):  # the API names the parameter
-        pipeline.run(job, executor=Elsewhere())
+    root = lw.weights_dir(tmp_path / "w", polos=True, deneb=False)
+    write_webdataset(tmp_path / "shards", samples(1, 2))
+    argv = ["-q", "score", "--webdataset", str(tmp_path / "shards"), "--refs-column", "refs", "--metric", "polos",
+            "deneb", "--metric-weights", str(root), "--no-cache"]
+
+    def refused(*a, **k):
+        raise AssertionError("the driver loaded a model or started a cluster")
+
+    monkeypatch.setattr(learned, "_LOADED", {})
+    monkeypatch.setattr(learned, "_load", refused)
+    monkeypatch.setattr(ray_engine, "_init", refused)
+    assert main(argv + ["--engine", "ray", "--out", str(tmp_path / "ray")]) == 2
+    ray_line = capsys.readouterr().err.strip().splitlines()
+    monkeypatch.undo()
+    assert main(argv + ["--out", f"{tmp_path / 'local'}/"]) == 2
+    local_line = capsys.readouterr().err.strip().splitlines()
+    assert len(ray_line) == 1 and ray_line == local_line
+    assert ray_line[0].startswith(f"capscore: error: deneb: {root.resolve() / 'deneb'}") and "not found" in ray_line[0]
+    assert not (tmp_path / "ray").exists()
 
 
 PLUGIN = '''

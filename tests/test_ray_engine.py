@@ -252,6 +252,56 @@ def test_two_models_and_two_metrics_equal_single_process(tmp_path):
         (MODEL, "clip-s", 6), (MODEL, "pac-s", 6), ("scenes-tiny", "clip-s", 6), ("scenes-tiny", "pac-s", 6)]
 
 
+def test_a_metric_with_its_own_models_beside_a_backbone_metric_equals_the_local_engine(tmp_path, monkeypatch):
+    """polos (its own models: an actor pool of its own, after which the model's) and clip-s with scenes-tiny on
+    three shards — one with a sample whose image is missing under --skip-bad, one empty: each shard file holds
+    the local engine's rows in its order (polos, then clip-s), the summaries agree, and the driver loads no
+    model of polos (its actors do)."""
+    import webdataset as wds
+
+    import learned_weights as lw
+    from capscore.cli import main
+    from capscore.scores import learned
+
+    wdir = lw.weights_dir(tmp_path / "w", polos=True)
+    items = samples(2, 3, seed=10)
+    paths = write_webdataset(tmp_path / "shards", items)
+    with wds.TarWriter(str(paths[1])) as w:  # shard 1, sample 1: no image member
+        for _, key, png, cap, refs in (it for it in items if it[0] == 1):
+            w.write({"__key__": key, **({} if key.endswith("1") else {"png": png}), "txt": cap,
+                     "json": {"refs": refs}})
+    paths.append(tmp_path / "shards" / "00002.tar")
+    with wds.TarWriter(str(paths[2])):  # an empty shard
+        pass
+    argv = ["-q", "score", "--webdataset", str(tmp_path / "shards"), "--refs-column", "refs", "--metric", "polos",
+            "clip-s", "--model", "scenes-tiny", "--metric-weights", str(wdir), "--skip-bad", "--no-cache"]
+    assert main(argv + ["--out", f"{tmp_path / 'local'}/"]) == 0
+
+    def refused(*a, **k):
+        raise AssertionError("the driver loaded a metric's model")
+
+    monkeypatch.setattr(learned, "_LOADED", {})  # the local run's models: not there for the driver to find
+    monkeypatch.setattr(learned, "_load", refused)  # this process only: the actors load for themselves
+    assert main(argv + ["--engine", "ray", "--workers", "2", "--out", str(tmp_path / "ray")]) == 0
+    names = [out_name(p) for p in paths]
+    local, got = shard_rows(tmp_path / "local", names), shard_rows(tmp_path / "ray", names)
+    assert [(r["model"], r["metric"]) for r in local[names[0]]] == [(None, "polos")] * 3 + [("scenes-tiny",
+                                                                                            "clip-s")] * 3
+    for n in names[:2]:
+        assert [(r["model"], r["metric"]) for r in got[n]] == [(r["model"], r["metric"]) for r in local[n]]
+        assert_same_rows(got[n], local[n])
+    assert local[names[2]] == got[names[2]] == []
+    bad = [r for r in got[names[1]] if r["error"] is not None]
+    assert [(r["metric"], r["id"]) for r in bad] == [("polos", "000010001"), ("clip-s", "000010001")]
+    runs = [json.loads((tmp_path / d / "_summary.json").read_text())["runs"] for d in ("local", "ray")]
+    for a, b in zip(*runs):
+        assert (a["model"], a["metric"], a["count"], a["skipped"]) == (b["model"], b["metric"], b["count"],
+                                                                         b["skipped"])
+        assert abs(a["mean"] - b["mean"]) <= 1e-6
+    assert [(r["model"], r["metric"], r["count"], r["skipped"]) for r in runs[1]] == [
+        (None, "polos", 5, 1), ("scenes-tiny", "clip-s", 5, 1)]
+
+
 def test_jsonl_and_csv_shard_files_equal_single_process_and_resume(tmp_path):
     """--out-format jsonl|csv: the parts are concatenated (CSV under one header); --resume counts their rows."""
     import csv

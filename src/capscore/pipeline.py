@@ -624,18 +624,21 @@ class _Runner:
                                 self.encoders[m].backbone.identity) for m, n in self.combos}
 
     @contextmanager
-    def sessions(self):
+    def sessions(self, *, load_own_models: bool = True):
         """The run-level contexts of the job's formulas, open for the whole run (a formula's ``session(texts,
         options)``: the classic metrics' one ClassicSession, one PTB pass over every text of the run and
         their tool checks, before anything is scored). ``texts`` is None for a source of unknown size
-        (sharded input): each block then tokenises its own texts."""
+        (sharded input): each block then tokenises its own texts. ``load_own_models=False`` (a driver whose
+        workers load them: the Ray engine): the metrics that bring their own models get the option
+        ``check_only`` and only check that their files are there."""
         with ExitStack() as stack:
             for name, metric in self.metrics.items():
                 hook = getattr(metric.formula(self.job.medium), "session", None)
                 if hook is not None:
                     texts = (lambda p=self.plan.prefixes[name]: self._texts(p)) \
                         if self.job.source.count() is not None else None
-                    stack.enter_context(hook(texts, self.plan.options[name]))
+                    check = {"check_only": True} if metric.own_models and not load_own_models else {}
+                    stack.enter_context(hook(texts, {**self.plan.options[name], **check}))
             yield
 
     def _texts(self, prefix: str) -> Iterator[str]:
@@ -735,7 +738,8 @@ class Executor(Protocol):
     ``encoders(job)`` loads the driver's encoders, whose backbones name the run (:class:`RunConfig`);
     ``score_shards`` scores the shards of ``todo`` ((name, Shard) pairs) into ``folder`` and returns each
     shard's sidecar (:meth:`_Folder.meta`), committed with its file
-    (:meth:`capscore.report.writers.ShardFiles.commit`)."""
+    (:meth:`capscore.report.writers.ShardFiles.commit`). An executor whose workers load the models of the
+    metrics that bring their own sets ``loads_own_models = False``: the driver then only checks their files."""
 
     def encoders(self, job: ScoreJob) -> Mapping: ...
 
@@ -757,11 +761,6 @@ def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | 
     if text and executor is not None and not isinstance(executor, LocalExecutor):
         raise OptionError(f"the text-only metrics ({', '.join(text)}) run in this process, with one session of "
                           "their Java tools; score them without {engine} ray")
-    own = [n for n in job.metrics if get_metric(n).own_models]
-    if own and executor is not None and not isinstance(executor, LocalExecutor):
-        raise OptionError(f"{', '.join(own)} " + ("loads its" if len(own) == 1 else "load their") + " own models "
-                          "in this process (--metric-weights); score " + ("it" if len(own) == 1 else "them")
-                          + " without {engine} ray")
     corpus = [n for n in job.metrics if "corpus" in get_metric(n).needs(job.medium)]
     if corpus and isinstance(output, ShardFolder):
         raise OptionError(f"{corpus[0]} scores the whole evaluated set at once (CIDEr's IDF), but a folder output "
@@ -770,7 +769,7 @@ def run(job: ScoreJob, *, encoders: Mapping | None = None, executor: Executor | 
         if isinstance(output, ShardFolder):
             executor = executor or LocalExecutor()
             runner = _Runner(job, encoders if encoders is not None else executor.encoders(job))
-            with runner.sessions():
+            with runner.sessions(load_own_models=getattr(executor, "loads_own_models", True)):
                 return _run_folder(job, runner, executor)
         if executor is not None and not isinstance(executor, LocalExecutor):
             raise OptionError(f"the {type(executor).__name__} writes one file per input shard, so its {{out}} is a "

@@ -61,7 +61,7 @@ import json
 import os
 import pickle
 import sys
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -158,28 +158,42 @@ def prepare_block(batch, *, backbone):
 
 
 class ScoreActor:
-    """Actor: one encoder (:func:`~capscore.embed.make_encoder` of the job's Encoding), built once; scores blocks
-    with the job's :class:`~capscore.pipeline.Plan` (:func:`~capscore.pipeline.score_block`) for every metric,
-    writes each (block, metric)'s rows as a part file of its shard and returns a manifest row per part."""
+    """Actor of one slot of the run (:func:`slots`): for a model, one encoder (:func:`~capscore.embed.make_encoder`
+    of the job's Encoding), built once; for a metric that brings its own models, no encoder and the metric's
+    session entered once (its models loaded in this process, on the job's device and dtype). Scores blocks with
+    the job's :class:`~capscore.pipeline.Plan` (:func:`~capscore.pipeline.score_block`) for the slot's metrics
+    (``metrics``: indices into the plan's), writes each (block, metric)'s rows as a part file of its shard
+    (``m<slot>-k<metric>``) and returns a manifest row per part."""
 
-    def __init__(self, *, model: str, model_index: int, encoding, plan, threads: int, pixel_shape, out: str,
-                 fmt: str, names: tuple):
+    def __init__(self, *, model: str | None, slot: int, metrics: tuple, encoding, plan, threads: int, pixel_shape,
+                 out: str, fmt: str, names: tuple):
         import torch  # noqa: PLC0415  (deferred: torch)
 
         torch.set_num_threads(threads)
-        self.encoder = make_encoder(model, replace(encoding, workers=threads))
-        self.model, self.model_index, self.plan = model, model_index, plan
-        self.pixel_shape = tuple(pixel_shape)
+        self.model, self.slot, self.metrics, self.plan = model, slot, tuple(metrics), plan
+        self.encoder, self.sessions = None, ExitStack()
+        if model is not None:
+            self.encoder = make_encoder(model, replace(encoding, workers=threads))
+            self.pixel_shape = tuple(pixel_shape)
+        else:  # the metric's own models, loaded here once (capscore.scores.learned.loaded: one per process)
+            for k in self.metrics:
+                name = plan.metrics[k]
+                hook = getattr(get_metric(name).formula(plan.medium), "session", None)
+                if hook is not None:
+                    self.sessions.enter_context(hook(None, plan.options[name]))
         self.out, self.fmt, self.names = Path(out), fmt, names
 
     def __call__(self, batch):
         import torch  # noqa: PLC0415  (deferred: torch)
 
-        cols = {c: batch.column(c).to_pylist() for c in ("shard", "pos", "end", "item", "key", "px")}
-        have = [i for i, px in enumerate(cols["px"]) if px]
-        self.encoder.encode_pixels(
-            [cols["key"][i] for i in have],
-            [torch.from_numpy(np.frombuffer(cols["px"][i], dtype=np.float32).reshape(self.pixel_shape)) for i in have])
+        cols = {c: batch.column(c).to_pylist() for c in ("shard", "pos", "end", "item", "key", "px")
+                if c in batch.column_names}  # no key/px for a metric with its own models: it reads the images
+        if self.encoder is not None:
+            have = [i for i, px in enumerate(cols["px"]) if px]
+            self.encoder.encode_pixels(
+                [cols["key"][i] for i in have],
+                [torch.from_numpy(np.frombuffer(cols["px"][i], dtype=np.float32).reshape(self.pixel_shape))
+                 for i in have])
         files = ShardFiles(self.out, self.fmt)
         manifest = []
         for s in dict.fromkeys(cols["shard"]):  # a block holds one shard's rows; any number is handled
@@ -187,24 +201,25 @@ class ScoreActor:
             body = [i for i in mine if not cols["end"][i]]
             for i in mine:
                 if cols["end"][i]:  # sentinel: the shard has this many items
-                    manifest.append(_manifest(s, self.model_index, -1, -1, 0, end=cols["pos"][i]))
+                    manifest.append(_manifest(s, self.slot, -1, -1, 0, end=cols["pos"][i]))
             if not body:
                 continue
             first = cols["pos"][body[0]]
             if [cols["pos"][i] for i in body] != list(range(first, first + len(body))):
                 raise RuntimeError(f"block of shard {s} is not contiguous")  # a bug, never user input
             items = [pickle.loads(cols["item"][i]) for i in body]
-            for k, name in enumerate(self.plan.metrics):
+            for k in self.metrics:
+                name = self.plan.metrics[k]
                 rows, fatal = self.plan.score(items, self.encoder, self.model, name)
                 if fatal is not None:
                     raise fatal
-                write_part(files.parts(self.names[s]) / part_name(self.model_index, k, first, len(rows), self.fmt),
+                write_part(files.parts(self.names[s]) / part_name(self.slot, k, first, len(rows), self.fmt),
                            rows, self.fmt, self.plan.columns)
                 summary = Summary(name, model=self.model)
                 for r in rows:
                     summary.add(r)
                 error = next((r["error"] for r in rows if r["error"] is not None), None)
-                manifest.append(_manifest(s, self.model_index, k, first, len(rows),
+                manifest.append(_manifest(s, self.slot, k, first, len(rows),
                                           state=json.dumps(summary.state()), error=error))
         return _manifest_table(manifest)
 
@@ -224,10 +239,10 @@ def _manifest_table(rows: list[tuple]):
     return pa.table({c: pa.array(list(v), t) for c, v, t in zip(MANIFEST, data, types)})
 
 
-def commit_shard(out: str, name: str, fmt: str, columns: tuple, n_models: int, n_metrics: int, meta: dict) -> dict:
-    """Ray task: the shard file ``out/<name>.<fmt>`` from its part files, (model, metric) after (model,
-    metric), each in position order (:meth:`ShardFiles.commit`: sidecar, file, parts removed). Returns the
-    sidecar."""
+def commit_shard(out: str, name: str, fmt: str, columns: tuple, order: list, meta: dict) -> dict:
+    """Ray task: the shard file ``out/<name>.<fmt>`` from its part files, (slot, metric) after (slot, metric) of
+    ``order`` (the run's combos), each in position order (:meth:`ShardFiles.commit`: sidecar, file, parts
+    removed). Returns the sidecar."""
     files = ShardFiles(Path(out), fmt)
     folder = files.parts(name)
     if not folder.is_dir() and files.path(name).is_file() and load_json(files.sidecar(name)) == meta:
@@ -239,36 +254,55 @@ def commit_shard(out: str, name: str, fmt: str, columns: tuple, n_models: int, n
             m, k, first, n = parsed
             found.setdefault((m, k), {})[first] = (n, p)
     ordered: list[Path] = []
-    for m in range(n_models):
-        for k in range(n_metrics):
-            chain, pos = found.get((m, k), {}), 0
-            while pos < meta["items"]:
-                if pos not in chain:  # a bug, never user input: the driver saw every part's manifest
-                    raise RuntimeError(f"shard {name}: no part of model {m}, metric {k} at position {pos}")
-                n, p = chain[pos]
-                ordered.append(p)
-                pos += n
+    for m, k in order:
+        chain, pos = found.get((m, k), {}), 0
+        while pos < meta["items"]:
+            if pos not in chain:  # a bug, never user input: the driver saw every part's manifest
+                raise RuntimeError(f"shard {name}: no part of slot {m}, metric {k} at position {pos}")
+            n, p = chain[pos]
+            ordered.append(p)
+            pos += n
     return files.commit(name, meta, columns, parts=ordered)
 
 
 # ------------------------------------------------------------------------------------ the driver
+def slots(runner) -> list[tuple[str | None, tuple[int, ...]]]:
+    """The run's actor pools, in the order of its combos (``runner.combos``): (None, (k,)) for each metric that
+    brings its own models, then (model, the indices of the metrics it scores) for each model. ``k`` indexes
+    ``runner.metrics``; a part file ``m<slot>-k<k>`` holds a block of one combo."""
+    names = list(runner.metrics)
+    out: list[tuple[str | None, list[int]]] = []
+    for model, name in runner.combos:
+        if model is not None and out and out[-1][0] == model:
+            out[-1][1].append(names.index(name))
+        else:
+            out.append((model, [names.index(name)]))
+    return [(m, tuple(ks)) for m, ks in out]
+
+
 class Tracker:
     """The driver's view of a run: manifest rows in, commit tasks out. It holds, per shard in flight, one
-    small entry per block until that (model, metric)'s blocks cover the shard, then the merged summary; a
-    shard whose every (model, metric) is covered is committed by a Ray task (:func:`commit_shard`) and
-    forgotten. Blocks are keyed by their first position, so a block reported twice (a retried task)
-    counts once."""
+    small entry per block until that combo's blocks cover the shard, then the merged summary; a shard whose
+    every combo ((model, metric), or (None, metric) for a metric with its own models) is covered is committed
+    once by a Ray task (:func:`commit_shard`) and forgotten. Blocks are keyed by their first position, so a
+    block reported twice (a retried task) counts once; a row of a shard already committed is ignored."""
 
     def __init__(self, todo: list, runner, folder, bar=None):
         self.names = [n for n, _ in todo]
         self.fingerprints = [s.fingerprint() for _, s in todo]  # taken before reading: a change meanwhile redoes it
         self.runner, self.folder, self.bar = runner, folder, bar
-        self.models, self.metrics = list(runner.encoders), list(runner.metrics)
+        self.combos = list(runner.combos)
+        self.order = [(i, k) for i, (_, ks) in enumerate(slots(runner)) for k in ks]  # combo c = (slot, metric)
+        self.index = {sk: c for c, sk in enumerate(self.order)}
+        self.by_slot: dict[int, list[int]] = {}
+        for c, (i, _) in enumerate(self.order):
+            self.by_slot.setdefault(i, []).append(c)
         self.skip_bad = runner.job.skip_bad
         self.items: dict[int, int] = {}
         self.blocks: dict[tuple, dict[int, tuple[int, str]]] = {}
         self.front: dict[tuple, int] = {}
         self.done: dict[int, dict] = {}
+        self.committed: set[int] = set()
         self.pending: list = []
         self.metas: dict[str, dict] = {}
         self.committer = None
@@ -283,52 +317,55 @@ class Tracker:
             raise _user_error(e) from None
 
     def add(self, row: dict, ray) -> None:
-        s, m = row["shard"], row["model"]
-        if row["end"] >= 0:
+        s = row["shard"]
+        if s in self.committed:  # a retried block of a shard whose file is written: counted already
+            return
+        if row["end"] >= 0:  # the sentinel of one slot's pool: every slot sends its own
             self.items[s] = row["end"]
-            ks = range(len(self.metrics))
+            cs = self.by_slot[row["model"]]
         else:
             if row["error"] is not None and not self.skip_bad:
                 raise CapscoreError(row["error"])
-            self.blocks.setdefault((s, m, row["metric"]), {})[row["first"]] = (row["n"], row["state"])
+            c = self.index[(row["model"], row["metric"])]
+            self.blocks.setdefault((s, c), {})[row["first"]] = (row["n"], row["state"])
             if self.bar is not None:
                 self.bar.update(row["n"])
-            ks = (row["metric"],)
+            cs = (c,)
         if s not in self.items:
             return
-        for k in ks:
-            self._check(s, m, k)
-        if len(self.done.get(s, ())) == len(self.models) * len(self.metrics):
+        for c in cs:
+            self._check(s, c)
+        if len(self.done.get(s, ())) == len(self.combos):
             self._commit(s)
 
-    def _check(self, s: int, m: int, k: int) -> None:
+    def _check(self, s: int, c: int) -> None:
         done = self.done.setdefault(s, {})
-        key = (self.models[m], self.metrics[k])
-        if key in done:
+        if c in done:
             return
-        chain = self.blocks.get((s, m, k), {})
-        pos = self.front.get((s, m, k), 0)  # positions before it are covered: walk on from there
+        chain = self.blocks.get((s, c), {})
+        pos = self.front.get((s, c), 0)  # positions before it are covered: walk on from there
         while pos < self.items[s] and pos in chain:
             pos += chain[pos][0]
-        self.front[(s, m, k)] = pos
+        self.front[(s, c)] = pos
         if pos == self.items[s]:
-            summary, p = Summary(self.runner.metrics[key[1]], model=key[0]), 0
+            model, metric = self.combos[c]
+            summary, p = Summary(self.runner.metrics[metric], model=model), 0
             while p < pos:
                 n, state = chain[p]
                 summary.merge(json.loads(state))
                 p += n
-            done[key] = summary
-            self.blocks.pop((s, m, k), None)
-            self.front.pop((s, m, k), None)
+            done[c] = summary
+            self.blocks.pop((s, c), None)
+            self.front.pop((s, c), None)
 
     def _commit(self, s: int) -> None:
         done = self.done.pop(s)
-        summaries = {key: done[key] for key in self.runner.combos}  # the run's (model, metric) order
+        summaries = {key: done[c] for c, key in enumerate(self.combos)}  # the run's combo order
         name = self.names[s]
+        self.committed.add(s)
         meta = self.folder.meta(name, self.fingerprints[s], summaries, self.items.pop(s))
         self.pending.append((name, self.committer.remote(str(self.folder.out), name, self.folder.files.fmt,
-                                                         self.folder.columns, len(self.models), len(self.metrics),
-                                                         meta)))
+                                                         self.folder.columns, self.order, meta)))
 
     def _reap(self, ray, *, block: bool) -> None:
         if not self.pending:
@@ -436,13 +473,15 @@ def preprocess_only(backbone):
 
 def build_pipeline(ray, source, shards: list, light_backbone, *, actor_args: dict, workers: int,
                    gpus_per_worker: float):
-    """The Ray Dataset: one row per shard -> read -> prepare -> score (lazy; nothing runs until iterated)."""
+    """The Ray Dataset: one row per shard -> read -> prepare -> score (lazy; nothing runs until iterated).
+    Without a backbone (a metric that brings its own models) nothing is prepared: its actors read the images."""
     # from_items builds the shard list on the driver: no read task, which would want a whole CPU
     ds = ray.data.from_items([{"id": i} for i in range(len(shards))], override_num_blocks=len(shards))
     ds = ds.map_batches(read_blocks, batch_size=1, batch_format="pyarrow", zero_copy_batch=True,
                         fn_kwargs={"source": source, "shards": shards}, num_cpus=TASK_CPUS)
-    ds = ds.map_batches(prepare_block, batch_size=None, batch_format="pyarrow", zero_copy_batch=True,
-                        fn_kwargs={"backbone": light_backbone}, num_cpus=TASK_CPUS)
+    if light_backbone is not None:
+        ds = ds.map_batches(prepare_block, batch_size=None, batch_format="pyarrow", zero_copy_batch=True,
+                            fn_kwargs={"backbone": light_backbone}, num_cpus=TASK_CPUS)
     return ds.map_batches(ScoreActor, fn_constructor_kwargs=actor_args, batch_size=None, batch_format="pyarrow",
                           compute=ray.data.ActorPoolStrategy(size=workers),
                           num_cpus=actor_cpus(ray.cluster_resources().get("CPU", 1), workers, actor_args["threads"]),
@@ -467,6 +506,7 @@ class RayExecutor:
     ``capscore.pipeline.run(job, executor=RayExecutor(options))``."""
 
     name = "ray"
+    loads_own_models = False  # the driver checks the files of a metric's own models; each actor loads them
 
     def __init__(self, options: RayOptions = RayOptions()):
         self.options = options
@@ -496,11 +536,12 @@ class RayExecutor:
         tracker.committer = ray.remote(num_cpus=0, max_retries=3)(commit_shard)
         plan = replace(runner.plan, skip_bad=True)  # every error is a row; the driver stops at one unless --skip-bad
         shards = [s for _, s in todo]
-        for mi, (model, encoder) in enumerate(runner.encoders.items()):
-            light = preprocess_only(encoder.backbone)
-            actor_args = dict(model=model, model_index=mi, encoding=enc, plan=plan, threads=threads,
-                              pixel_shape=tuple(light.preprocess(Image.new("RGB", (8, 8))).shape),
-                              out=str(folder.out), fmt=folder.files.fmt, names=tuple(tracker.names))
+        for i, (model, metrics) in enumerate(slots(runner)):  # one pool after the other, in the combos' order
+            light = None if model is None else preprocess_only(runner.encoders[model].backbone)
+            shape = None if light is None else tuple(light.preprocess(Image.new("RGB", (8, 8))).shape)
+            actor_args = dict(model=model, slot=i, metrics=metrics, encoding=enc, plan=plan, threads=threads,
+                              pixel_shape=shape, out=str(folder.out), fmt=folder.files.fmt,
+                              names=tuple(tracker.names))
             ds = build_pipeline(ray, runner.job.source, shards, light, actor_args=actor_args, workers=workers,
                                 gpus_per_worker=self.options.gpus_per_worker if cuda else 0)
             tracker.run(ds, ray)

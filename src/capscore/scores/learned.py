@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from capscore.errors import CapscoreError
 from capscore.scores.citations import DENEB_CITATION, EXPERT_CITATION, FLEUR_CITATION, POLOS_CITATION
 from capscore.scores.metric import Metric, Values, register
 
@@ -120,6 +121,15 @@ def loaded(kind: str, options: Mapping):
     return _LOADED[key]
 
 
+def _ready(kind: str, options: Mapping) -> None:
+    """A session's start: the run's one load (absent weights stop the run in one line); with the option
+    ``check_only`` (a driver whose workers load the models: the Ray engine) only that the files are there."""
+    if not options.get("check_only"):
+        loaded(kind, options)
+    elif line := missing(kind, weights_dir(options.get("metric_weights")).resolve()):
+        raise CapscoreError(line)
+
+
 class LearnedFormula:
     """Polos or DENEB on a batch of records: its own extractors on the records' images and texts."""
 
@@ -132,7 +142,7 @@ class LearnedFormula:
     @contextmanager
     def session(self, texts, options: Mapping) -> Iterator[None]:
         """The run's one load (before anything is scored: absent weights stop the run in one line)."""
-        loaded(self.kind, options)
+        _ready(self.kind, options)
         yield
 
     def describe(self, options: Mapping) -> str:
@@ -160,7 +170,7 @@ class JudgeFormula:
 
     @contextmanager
     def session(self, texts, options: Mapping) -> Iterator[None]:
-        loaded(self.kind, options)
+        _ready(self.kind, options)
         yield
 
     def describe(self, options: Mapping) -> str:
