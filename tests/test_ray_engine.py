@@ -256,14 +256,16 @@ def test_a_metric_with_its_own_models_beside_a_backbone_metric_equals_the_local_
     """polos (its own models: an actor pool of its own, after which the model's) and clip-s with scenes-tiny on
     three shards — one with a sample whose image is missing under --skip-bad, one empty: each shard file holds
     the local engine's rows in its order (polos, then clip-s), the summaries agree, and the driver loads no
-    model of polos (its actors do)."""
+    model of polos (its actors do, from the weights folder the driver names)."""
     import webdataset as wds
 
     import learned_weights as lw
     from capscore.cli import main
     from capscore.scores import learned
 
-    wdir = lw.weights_dir(tmp_path / "w", polos=True)
+    lw.weights_dir(tmp_path / "w", polos=True)
+    monkeypatch.chdir(tmp_path)  # --metric-weights w: relative to the driver's folder, not the actors'
+    wdir = "w"
     items = samples(2, 3, seed=10)
     paths = write_webdataset(tmp_path / "shards", items)
     with wds.TarWriter(str(paths[1])) as w:  # shard 1, sample 1: no image member
@@ -274,7 +276,7 @@ def test_a_metric_with_its_own_models_beside_a_backbone_metric_equals_the_local_
     with wds.TarWriter(str(paths[2])):  # an empty shard
         pass
     argv = ["-q", "score", "--webdataset", str(tmp_path / "shards"), "--refs-column", "refs", "--metric", "polos",
-            "clip-s", "--model", "scenes-tiny", "--metric-weights", str(wdir), "--skip-bad", "--no-cache"]
+            "clip-s", "--model", "scenes-tiny", "--metric-weights", wdir, "--skip-bad", "--no-cache"]
     assert main(argv + ["--out", f"{tmp_path / 'local'}/"]) == 0
 
     def refused(*a, **k):
@@ -300,6 +302,23 @@ def test_a_metric_with_its_own_models_beside_a_backbone_metric_equals_the_local_
         assert abs(a["mean"] - b["mean"]) <= 1e-6
     assert [(r["model"], r["metric"], r["count"], r["skipped"]) for r in runs[1]] == [
         (None, "polos", 5, 1), ("scenes-tiny", "clip-s", 5, 1)]
+
+
+def test_a_checkpoint_its_actors_cannot_read_is_the_local_engines_one_line(tmp_path, capsys):
+    """The driver checks only that the files are there; a Polos checkpoint that is there but is not one fails
+    in the actors, and the run ends with the line the local engine prints."""
+    import learned_weights as lw
+    from capscore.cli import main
+
+    wdir = lw.weights_dir(tmp_path / "w", polos=True)
+    (wdir / "polos" / "reprod.ckpt").write_bytes(b"not a checkpoint")
+    write_webdataset(tmp_path / "shards", samples(2, 2, seed=11))
+    argv = ["-q", "score", "--webdataset", str(tmp_path / "shards"), "--refs-column", "refs", "--metric", "polos",
+            "--metric-weights", str(wdir), "--no-cache"]
+    assert main(argv + ["--out", f"{tmp_path / 'local'}/"]) == 2
+    local = one_line_error(capsys, str(wdir.resolve() / "polos" / "reprod.ckpt"), "not a PyTorch checkpoint")
+    assert main(argv + ["--engine", "ray", "--workers", "2", "--out", str(tmp_path / "ray")]) == 2
+    assert one_line_error(capsys) == local
 
 
 def test_jsonl_and_csv_shard_files_equal_single_process_and_resume(tmp_path):

@@ -4,7 +4,8 @@
 
     shards ──read (CPU task: ShardedSource.read, the single-process reader)──▶ blocks of pickled items
            ──decode + preprocess (CPU task: ImageRef.read/decode + backbone.preprocess)──▶ + pixels
-           ──encode + score + write (actor pool: make_encoder once per actor; pipeline.score_block)──▶
+           ──encode + score + write (an actor pool per slot: make_encoder, or a metric's own models, once
+                 per actor; pipeline.score_block)──▶
                  part files + manifest rows (positions, the rows' Summary state, first error)
            ──driver: manifests only; a shard whose parts cover it ──commit (Ray task)──▶ DIR/<name>.<fmt>
 
@@ -19,13 +20,22 @@ the metrics (:func:`~capscore.pipeline.score_block` through the job's
 :class:`~capscore.pipeline.Plan`) and the encoder (:func:`capscore.embed.make_encoder`).
 Rows are therefore the rows of the single-process engine; only the batch
 composition differs, which moves fp32 scores by float rounding (≤ 1e-6, tested).
-Several models run one after the other, one actor pool per model; the driver
-holds each model's backbone on the CPU (its identity names the run, its
-preprocessing — without the networks — runs in the CPU tasks).
+
+Slots. The run's combos (``_Runner.combos``) are scored slot after slot
+(:func:`slots`), one actor pool each: first one per metric that brings its own
+models (Polos, DENEB, the judges: the (None, metric) combos), then one per model
+(its (model, metric) combos). The driver holds each model's backbone on the CPU
+(its identity names the run, its preprocessing — without the networks — runs in
+the CPU tasks). It loads no model of a metric with its own models: it checks
+that their released files are there (the formula's session with the option
+``check_only``; :attr:`RayExecutor.loads_own_models`), and each of that slot's
+actors enters the session itself, loading the models once in its process on
+the job's device and dtype; that slot has no decode step (its formula reads the
+images) and scores with no encoder.
 
 Who writes what, and exactly once. Rows never pass through the driver. An actor
-writes each (block, model, metric)'s rows as a *part file*
-``DIR/_shards/parts/<name>/m<model>-k<metric>-<first position>-<rows>.<fmt>``
+writes each (block, combo)'s rows as a *part file*
+``DIR/_shards/parts/<name>/m<slot>-k<metric>-<first position>-<rows>.<fmt>``
 (:func:`capscore.report.writers.write_part`: a unique temporary name, then a
 rename) and returns one manifest row per part: positions covered, the rows'
 :class:`~capscore.pipeline.Summary` state, the first error. Ray Data spreads a
@@ -33,11 +43,11 @@ shard's blocks over all actors and retries the blocks of a killed actor on
 another; part files keyed by position make that safe: a re-run block writes the
 same name with the same rows, and the driver keys manifests by first position,
 so a block reported twice counts once. When one chain of manifests covers
-positions ``0 … n−1`` for every (model, metric) — ``n`` comes from the sentinel
-row the reader adds after each shard's last item — the driver merges the parts'
-states into the shard's summaries and starts a commit task
-(:func:`commit_shard`, no CPU reserved, any node), which writes the sidecar and
-then the shard file from the parts in order
+positions ``0 … n−1`` for every combo — ``n`` comes from the sentinel row the
+reader adds after each shard's last item, which each slot's pool passes on — the
+driver merges the parts' states into the shard's summaries and starts one commit
+task (:func:`commit_shard`, no CPU reserved, any node), which writes the sidecar
+and then the shard file from the parts in the combos' order
 (:meth:`capscore.report.writers.ShardFiles.commit`). The driver holds, per shard
 in flight, one small entry per block until the shard's parts are complete: its
 memory does not grow with shard size. Parts of an unfinished shard are removed
@@ -171,20 +181,26 @@ class ScoreActor:
 
         torch.set_num_threads(threads)
         self.model, self.slot, self.metrics, self.plan = model, slot, tuple(metrics), plan
-        self.encoder, self.sessions = None, ExitStack()
-        if model is not None:
-            self.encoder = make_encoder(model, replace(encoding, workers=threads))
-            self.pixel_shape = tuple(pixel_shape)
-        else:  # the metric's own models, loaded here once (capscore.scores.learned.loaded: one per process)
-            for k in self.metrics:
-                name = plan.metrics[k]
-                hook = getattr(get_metric(name).formula(plan.medium), "session", None)
-                if hook is not None:
-                    self.sessions.enter_context(hook(None, plan.options[name]))
+        self.encoder, self.sessions, self.failed = None, ExitStack(), None
         self.out, self.fmt, self.names = Path(out), fmt, names
+        try:
+            if model is not None:
+                self.encoder = make_encoder(model, replace(encoding, workers=threads))
+                self.pixel_shape = tuple(pixel_shape)
+            else:  # the metric's own models, loaded here once (capscore.scores.learned.loaded: one per process)
+                for k in self.metrics:
+                    name = plan.metrics[k]
+                    hook = getattr(get_metric(name).formula(plan.medium), "session", None)
+                    if hook is not None:
+                        self.sessions.enter_context(hook(None, plan.options[name]))
+        except CapscoreError as e:  # reported in the manifest: Ray keeps no cause of an actor's exception
+            self.failed = e
 
     def __call__(self, batch):
         import torch  # noqa: PLC0415  (deferred: torch)
+
+        if self.failed is not None:  # e.g. a node without the weights: the driver stops with its one line
+            return _manifest_table([_manifest(FAILED, self.slot, -1, -1, 0, error=str(self.failed))])
 
         cols = {c: batch.column(c).to_pylist() for c in ("shard", "pos", "end", "item", "key", "px")
                 if c in batch.column_names}  # no key/px for a metric with its own models: it reads the images
@@ -225,6 +241,7 @@ class ScoreActor:
 
 
 MANIFEST = ("shard", "model", "metric", "first", "n", "end", "state", "error")
+FAILED = -1  # the shard of a manifest row saying the actor could not start; its error stops the run
 
 
 def _manifest(shard, model, metric, first, n, *, end=-1, state="", error=None) -> tuple:
@@ -318,6 +335,8 @@ class Tracker:
 
     def add(self, row: dict, ray) -> None:
         s = row["shard"]
+        if s == FAILED:
+            raise CapscoreError(row["error"])
         if s in self.committed:  # a retried block of a shard whose file is written: counted already
             return
         if row["end"] >= 0:  # the sentinel of one slot's pool: every slot sends its own
@@ -501,6 +520,15 @@ def _user_error(e: Exception) -> Exception:
     return e
 
 
+def _actor_options(runner) -> dict:
+    """The plan's formula options, with the weights folder of the metrics that bring their own models as the
+    driver resolved it (absolute; ``$CAPSCORE_METRIC_WEIGHTS`` and ``~`` read on the driver): actors run in
+    other folders, on other nodes."""
+    folder = runner.config.options.get("metric_weights")
+    return {n: {**o, "metric_weights": folder} if runner.metrics[n].own_models else o
+            for n, o in runner.plan.options.items()}
+
+
 class RayExecutor:
     """Scores a :class:`~capscore.pipeline.ShardFolder` run's shards on a Ray cluster (see the module docstring):
     ``capscore.pipeline.run(job, executor=RayExecutor(options))``."""
@@ -534,7 +562,8 @@ class RayExecutor:
                                                           self.options.gpus_per_worker, threads)
         tracker = Tracker(todo, runner, folder, bar)
         tracker.committer = ray.remote(num_cpus=0, max_retries=3)(commit_shard)
-        plan = replace(runner.plan, skip_bad=True)  # every error is a row; the driver stops at one unless --skip-bad
+        # every error is a row (the driver stops at one unless --skip-bad); the weights folder as the driver found it
+        plan = replace(runner.plan, skip_bad=True, options=_actor_options(runner))
         shards = [s for _, s in todo]
         for i, (model, metrics) in enumerate(slots(runner)):  # one pool after the other, in the combos' order
             light = None if model is None else preprocess_only(runner.encoders[model].backbone)
