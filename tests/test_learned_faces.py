@@ -261,3 +261,40 @@ def test_each_checkpoint_is_loaded_once_per_run(wdir, data, tmp_path, monkeypatc
                  str(data / "img"), "--captions", str(data / "caps.json"), str(other), "--refs",
                  str(data / "refs.json"), "--chunk-size", "1", "--out", str(tmp_path / "o.jsonl")]) == 0
     assert len(_rows(tmp_path / "o.jsonl", "polos")) == 6 and sorted(loads) == ["deneb", "polos"]
+
+
+def test_polos_and_clip_s_on_one_tower_encode_each_image_once(wdir, data, tmp_path, monkeypatch):
+    """--model naming a file with Polos's own CLIP tensors: one forward per distinct image for Polos, CLIP-S
+    and cosine (the random tower's CLIP-S is clamped to 0 here; cosine is its unclamped cosine), each metric
+    with the numbers it has run alone; with another --model each tower encodes the images."""
+    import torch
+
+    from capscore.backbones.released import read_checkpoint
+    from capscore.cli import main
+    from capscore.embed.engine import Encoder
+
+    sd, _ = read_checkpoint(wdir / "polos" / "reprod.ckpt")
+    tower = tmp_path / "polos-clip.pt"
+    torch.save({k[len("clip."):]: v for k, v in sd.items() if k.startswith("clip.")}, tower)
+    seen = {"images": 0}
+    real = Encoder._forward_pixels
+    monkeypatch.setattr(Encoder, "_forward_pixels",
+                        lambda self, c, px, **k: seen.update(images=seen["images"] + len(px)) or real(self, c, px, **k))
+
+    def run(out, *metrics, model=f"capscore-test-tiny/{tower}"):
+        seen["images"] = 0
+        weights = ["--metric-weights", str(wdir)] if "polos" in metrics else []
+        assert main(["-q", "score", "--metric", *metrics, "--model", model, *weights,
+                     "--images", str(data / "img"), "--captions", str(data / "caps.json"), "--refs",
+                     str(data / "refs.json"), "--no-cache", "--out", str(tmp_path / out)]) == 0
+        return seen["images"]
+
+    assert run("both.jsonl", "polos", "clip-s", "cosine") == 3
+    assert run("alone.jsonl", "polos") == 3 and run("clip.jsonl", "clip-s", "cosine") == 3
+    for metric, alone in (("polos", "alone.jsonl"), ("clip-s", "clip.jsonl"), ("cosine", "clip.jsonl")):
+        got, want = _rows(tmp_path / "both.jsonl", metric), _rows(tmp_path / alone, metric)
+        assert [r["id"] for r in got] == [r["id"] for r in want]
+        assert [r["score"] for r in got] == pytest.approx([r["score"] for r in want], abs=1e-6)
+    assert run("apart.jsonl", "polos", "clip-s", model="scenes-tiny") == 6
+    assert [r["score"] for r in _rows(tmp_path / "apart.jsonl", "polos")] == \
+        pytest.approx([r["score"] for r in _rows(tmp_path / "alone.jsonl", "polos")], abs=1e-6)

@@ -24,7 +24,7 @@ import dataclasses
 from capscore.errors import CapscoreError, param_error
 from capscore.scores.classic import in_session
 from capscore._log import is_quiet, log, progress
-from capscore.embed.factory import Encoding, make_encoder, make_encoder as local_encoder, open_cache
+from capscore.embed.factory import Encoding, make_encoder, make_encoder as local_encoder, open_cache, tower_encoder
 from capscore.pipeline import check_fit
 from capscore.report.outputs import output_dir
 from capscore.report.tables import format_table as print_table
@@ -149,10 +149,15 @@ def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds
         if hook is not None:  # pass over all texts; a metric's own models loaded (absent weights: one line)
             with hook(lambda: dataset_texts(ds), opts[m.name]):
                 pass
-    results = [evaluate(ds, None, m, options=opts[m.name], **common) for m in text]  # no backbone: scored once
-    metrics = [m for m in metrics if not text_only(m)]
     encoding = _encoding(job)
-    store = open_cache(encoding) if metrics else None
+    store = open_cache(encoding) if len(text) < len(metrics) or any(hasattr(m.image, "tower") for m in text) else None
+
+    def tower(m):  # Polos's and DENEB's CLIP through the run's cache; the other metrics without a backbone: none
+        return tower_encoder(m.image.tower(opts[m.name]), (), encoding, store=store) if hasattr(m.image, "tower") \
+            else None
+
+    results = [evaluate(ds, tower(m), m, options=opts[m.name], **common) for m in text]  # no --model: scored once
+    metrics = [m for m in metrics if not text_only(m)]
     for spec in job.models if metrics else ():
         encoder = make_encoder(spec, encoding, store=store, progress=not is_quiet())
         backbone = encoder.backbone
