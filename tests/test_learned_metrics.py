@@ -425,3 +425,20 @@ def test_same_vectors_tells_towers_apart_by_weights_activation_and_transform(wdi
     assert not same_vectors(a, build(quick_gelu=True, mean_std=((0.5,) * 3, (0.5,) * 3)))
     other = {k: v + 0.01 if k == "visual.proj" else v for k, v in clip.items()}
     assert not same_vectors(a, backbone_from_state_dict(other, spec="t", where="t", quick_gelu=True))
+
+
+@pytest.mark.slow  # two ViT-B/32 builds and their weights hashes
+@pytest.mark.parametrize("arch, shared", [("ViT-B-32-quickgelu", True), ("ViT-B-32", False)])
+def test_polos_tower_from_a_state_dict_is_shared_only_with_the_quickgelu_vit_b_32(arch, shared):
+    """Polos's checkpoint tower (OpenAI's ViT-B/32: QuickGELU, inferred from an OpenAI-layout state dict) and
+    open_clip's ViT-B/32 with the same tensors: one encoder for the QuickGELU build, two for the GELU one."""
+    from capscore.backbones import load_backbone
+    from capscore.backbones.base import same_vectors
+    from capscore.backbones.openai_ckpt import backbone_from_state_dict
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = load_backbone(arch, seed=0)
+    tower = backbone_from_state_dict({k: v.clone() for k, v in run.model.state_dict().items()},
+                                     spec="polos:reprod.ckpt#clip", where="reprod.ckpt (clip.*)")
+    assert same_vectors(run, tower) is shared
