@@ -120,8 +120,9 @@ def test_correlate_puts_clip_s_and_polos_in_one_table(wdir, capsys):
                  "--metric-weights", str(wdir), "--scenes", "6", "--bootstrap", "0"]) == 0
     table = capsys.readouterr().out.splitlines()
     head = next(i for i, line in enumerate(table) if line.startswith("metric"))
-    names = [line.split()[0] for line in table[head + 1: head + 3]]
-    assert sorted(names) == ["clip-s", "polos"]
+    rows = {line.split()[0]: line for line in table[head + 1: head + 3]}
+    assert sorted(rows) == ["clip-s", "polos"]
+    assert rows["polos"].split()[1:3] == ["(own", "models)"] and rows["clip-s"].split()[1] == "scenes-tiny"
 
 
 def test_doctor_lists_the_metric_weights(wdir, tmp_path, capsys):
