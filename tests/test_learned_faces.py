@@ -299,3 +299,34 @@ def test_polos_and_clip_s_on_one_tower_encode_each_image_once(wdir, data, tmp_pa
     assert run("apart.jsonl", "polos", "clip-s", model="scenes-tiny") == 6
     assert [r["score"] for r in _rows(tmp_path / "apart.jsonl", "polos")] == \
         pytest.approx([r["score"] for r in _rows(tmp_path / "alone.jsonl", "polos")], abs=1e-6)
+
+
+def test_a_warm_rerun_encodes_nothing_and_polos_and_deneb_share_the_simcse_features(wdir, data, tmp_path,
+                                                                                  monkeypatch):
+    """With the persistent cache: the first run encodes each distinct text once with SimCSE for both metrics
+    (their checkpoints carry the same SimCSE weights) and each image once per CLIP tower (DENEB's normalises
+    pixels otherwise than Polos's); the rerun encodes nothing and gives the same rows."""
+    from capscore.backbones.sentence import SentenceEncoder
+    from capscore.cli import main
+    from capscore.embed.engine import Encoder
+
+    seen = {"texts": 0, "images": 0}
+    forward, pixels = SentenceEncoder._forward, Encoder._forward_pixels
+    monkeypatch.setattr(SentenceEncoder, "_forward",
+                        lambda self, rows: seen.update(texts=seen["texts"] + len(rows)) or forward(self, rows))
+    monkeypatch.setattr(Encoder, "_forward_pixels",
+                        lambda self, c, px, **k: seen.update(images=seen["images"] + len(px)) or pixels(self, c, px, **k))
+
+    def run(out):
+        seen.update(texts=0, images=0)
+        assert main(["-q", "score", "--metric", "polos", "deneb", "--metric-weights", str(wdir), "--images",
+                     str(data / "img"), "--captions", str(data / "caps.json"), "--refs", str(data / "refs.json"),
+                     "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / out)]) == 0
+        return dict(seen)
+
+    distinct = len(set(CAPS.values()) | {r for refs in REFS.values() for r in refs})
+    assert run("first.jsonl") == {"texts": distinct, "images": 6}
+    assert run("again.jsonl") == {"texts": 0, "images": 0}
+    for metric in ("polos", "deneb"):
+        first, again = _rows(tmp_path / "first.jsonl", metric), _rows(tmp_path / "again.jsonl", metric)
+        assert [r["score"] for r in again] == [r["score"] for r in first] and len(first) == 3

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from capscore._log import open_bar, warn
 from capscore.backbones.base import Backbone
+from capscore.backbones.sentence import SentenceFeatures
 from capscore.embed.cache import EmbeddingCache, cache_key
 from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError
@@ -582,6 +583,57 @@ class Encoder:
             return None
 
         return open_bar(total, desc=f"encoding {what}", unit=what[:-1])
+
+
+class CachedSentences:
+    """A sentence encoder's features through a cache: Polos's and DENEB's SimCSE-RoBERTa
+    (:class:`~capscore.backbones.sentence.SentenceEncoder`), each distinct text once.
+
+    With a persistent cache (:class:`EmbeddingCache`) the per-text features go to its bounded feature
+    table under (encoder identity, ``sentence-features``, text): a later run, or the other metric of a run
+    whose checkpoint carries the same encoder weights (Polos and DENEB both carry SimCSE's), encodes none
+    of them again. The float64 sums are stored bit for bit. With an in-memory cache nothing is kept
+    beyond the call (the features of one text are 40 KB for RoBERTa-base)."""
+
+    KIND = "sentence-features"
+
+    def __init__(self, sentence, cache=None):
+        self.sentence = sentence
+        self.cache = cache
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> SentenceFeatures:
+        """Features of ``texts`` in input order (as :meth:`SentenceEncoder.encode`)."""
+        if not isinstance(self.cache, EmbeddingCache):
+            return self.sentence.encode(texts, batch_size=batch_size)
+        uniq = list(dict.fromkeys(texts))
+        keys = [cache_key(self.sentence.identity, self.KIND, t) for t in uniq]
+        found = {k: _unpack_sentence(v) for k, v in self.cache.get_features(keys).items()}
+        todo = [t for t, k in zip(uniq, keys) if k not in found]
+        if todo:
+            new = self.sentence.encode(todo, batch_size=batch_size)
+            packed = [(cache_key(self.sentence.identity, self.KIND, t), _pack_sentence(new, j))
+                      for j, t in enumerate(todo)]
+            self.cache.put_features(packed)
+            found.update((k, _unpack_sentence(v)) for k, v in packed)
+        rows = [found[k] for k in keys]
+        feats = SentenceFeatures(*(torch.stack([r[f] for r in rows]) for f in range(4))) if rows else \
+            self.sentence.encode([], batch_size=batch_size)
+        index = {t: i for i, t in enumerate(uniq)}
+        return feats.select(torch.tensor([index[t] for t in texts], dtype=torch.long))
+
+
+def _pack_sentence(f, j: int) -> np.ndarray:
+    """Row ``j`` of SentenceFeatures as float32: L, D, first (L·D), then sums, sumsq, count as float64 bits."""
+    first = f.first[j].numpy().astype(np.float32)
+    wide = np.concatenate([f.sums[j].numpy(), f.sumsq[j].numpy(), f.counts[j: j + 1].numpy()]).astype(np.float64)
+    return np.concatenate([np.array(first.shape, dtype=np.float32), first.ravel(), wide.view(np.float32)])
+
+
+def _unpack_sentence(v: np.ndarray) -> tuple:
+    L, D = int(v[0]), int(v[1])
+    first = torch.from_numpy(v[2: 2 + L * D].reshape(L, D).copy())
+    wide = torch.from_numpy(v[2 + L * D:].copy().view(np.float64))
+    return first, wide[:L], wide[L: 2 * L], wide[2 * L]
 
 
 def _first_of(refs: Sequence) -> dict[str, int]:

@@ -242,13 +242,12 @@ def load_deneb(weights_dir: str | Path | None, *, device: str = "cpu", dtype: st
 
 def score_deneb(model: DenebModel, images: Sequence, captions: Sequence[str], refs: Sequence[Sequence[str]], *,
                 layer_norm: str = "sentence", batch_size: int = 32, encode_batch_size: int = 64,
-                clip=None) -> list[float]:
+                clip=None, sentence=None) -> list[float]:
     """DENEB for each (image, caption, references) item: features once for all items (each distinct image
     and text once, encoders in batches of ``encode_batch_size``), then the head (in groups of
-    ``batch_size`` for ``layer_norm="batch"``: the authors' batch). ``clip``: as for
+    ``batch_size`` for ``layer_norm="batch"``: the authors' batch). ``clip``, ``sentence``: as for
     :func:`capscore.scores.polos.score_polos`."""
-    feats = extract(model.sentence, model.clip if clip is None else clip, images, captions, refs,
-                    clip_prefix=CLIP_PREFIX,
-                    batch_size=encode_batch_size)
+    feats = extract(model.sentence if sentence is None else sentence, model.clip if clip is None else clip, images,
+                    captions, refs, clip_prefix=CLIP_PREFIX, batch_size=encode_batch_size)
     return run_head(lambda f, layer_norm: deneb_head(f, model.head, layer_norm=layer_norm), feats,
                     layer_norm=layer_norm, batch_size=batch_size)

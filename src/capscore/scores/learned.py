@@ -18,7 +18,9 @@ backbone, and a run (:class:`capscore.pipeline._Runner`) hands the formula, as i
 encoder :func:`capscore.embed.factory.tower_encoder` gives: the run's own encoder when its ``--model``
 gives the same vectors (Polos and CLIP-S on OpenAI's ViT-B/32 encode each image once), else one of the
 tower on the run's cache. A face that hands no encoder gets one per loaded model, in memory
-(:func:`own_encoder`).
+(:func:`own_encoder`). The SimCSE features go to the same cache
+(:class:`capscore.embed.engine.CachedSentences`): a warm rerun encodes no text again, and Polos and DENEB
+in one run, whose checkpoints carry the same SimCSE weights, encode each text once.
 """
 from __future__ import annotations
 
@@ -167,6 +169,7 @@ class LearnedFormula:
         return loaded(self.kind, options).clip
 
     def compute(self, batch) -> Values:
+        from capscore.embed.engine import CachedSentences  # noqa: PLC0415  (deferred: torch)
         from capscore.scores.deneb import score_deneb  # noqa: PLC0415  (deferred: torch)
         from capscore.scores.polos import score_polos  # noqa: PLC0415  (deferred: torch)
 
@@ -175,7 +178,7 @@ class LearnedFormula:
         fn = score_polos if self.kind == "polos" else score_deneb
         clip = batch.encoder if batch.encoder is not None else own_encoder(self.kind, batch.options)
         return Values(fn(model, [r.image for r in recs], [r.caption for r in recs], [list(r.refs) for r in recs],
-                         clip=clip))
+                         clip=clip, sentence=CachedSentences(model.sentence, clip.cache)))
 
 
 class JudgeFormula:

@@ -316,7 +316,8 @@ def extract(sentence: SentenceEncoder, clip, images: Sequence, captions: Sequenc
             refs: Sequence[Sequence[str]], *, clip_prefix: str, batch_size: int = 64) -> Features:
     """Run the two extractors (shared by Polos and DENEB): each distinct image once, each distinct text
     (candidate or reference) once per encoder. ``clip``: the CLIP tower (a Backbone) or an
-    :class:`~capscore.embed.engine.Encoder` of it (its cache, shared with the run's other metrics)."""
+    :class:`~capscore.embed.engine.Encoder` of it (its cache, shared with the run's other metrics);
+    ``sentence``: a SentenceEncoder or a :class:`~capscore.embed.engine.CachedSentences` of one."""
     if not (len(images) == len(captions) == len(refs)):
         raise CapscoreError(f"{len(images)} images, {len(captions)} captions and {len(refs)} reference lists; "
                             "expected one of each per item")
@@ -355,14 +356,14 @@ def run_head(head_fn, feats: Features, *, layer_norm: str, batch_size: int) -> l
 
 def score_polos(model: PolosModel, images: Sequence, captions: Sequence[str], refs: Sequence[Sequence[str]], *,
                 layer_norm: str = "sentence", batch_size: int = 32, encode_batch_size: int = 64,
-                clip=None) -> list[float]:
+                clip=None, sentence=None) -> list[float]:
     """Polos for each (image, caption, references) item: features once for all items (encoders in batches
     of ``encode_batch_size``), then the head (in groups of ``batch_size`` for ``layer_norm="batch"``: the
     authors' batch). ``clip``: an Encoder of ``model.clip`` or of a backbone giving the same vectors (the
-    run's; default: a new one in memory)."""
-    feats = extract(model.sentence, model.clip if clip is None else clip, images, captions, refs,
-                    clip_prefix=CLIP_PREFIX,
-                    batch_size=encode_batch_size)
+    run's; default: a new one in memory); ``sentence``: ``model.sentence`` through a cache
+    (:class:`capscore.embed.engine.CachedSentences`; default: ``model.sentence`` itself)."""
+    feats = extract(model.sentence if sentence is None else sentence, model.clip if clip is None else clip, images,
+                    captions, refs, clip_prefix=CLIP_PREFIX, batch_size=encode_batch_size)
     return run_head(lambda f, layer_norm: polos_head(f, model.head, layer_norm=layer_norm), feats,
                     layer_norm=layer_norm, batch_size=batch_size)
 
