@@ -330,3 +330,22 @@ def test_a_warm_rerun_encodes_nothing_and_polos_and_deneb_share_the_simcse_featu
     for metric in ("polos", "deneb"):
         first, again = _rows(tmp_path / "first.jsonl", metric), _rows(tmp_path / "again.jsonl", metric)
         assert [r["score"] for r in again] == [r["score"] for r in first] and len(first) == 3
+
+
+def test_the_api_keeps_polos_tower_vectors_where_its_cache_parameter_says(wdir, data, tmp_path, monkeypatch):
+    """capscore.score(cache=None) writes no cache file (the towers' vectors stay in memory); cache=FOLDER keeps
+    them, the SimCSE features too, in FOLDER's database."""
+    import capscore
+    from capscore.embed.cache import EmbeddingCache
+
+    opened = []
+    real = EmbeddingCache.__init__
+    monkeypatch.setattr(EmbeddingCache, "__init__", lambda self, path=None, **k: opened.append(path) or
+                        real(self, path, **k))
+    images, caps, refs = _inputs(data)
+    first = capscore.score(images, caps, refs, metric="polos", metric_weights=str(wdir))
+    assert opened == []
+    again = capscore.score(images, caps, refs, metric="polos", metric_weights=str(wdir), cache=str(tmp_path / "c"))
+    assert again == pytest.approx(first, abs=1e-6) and len(opened) == 1
+    db = EmbeddingCache(tmp_path / "c")
+    assert len(db) >= 2 * 3 and db.feature_bytes() > 0  # raw + normalised image vectors; SimCSE features
