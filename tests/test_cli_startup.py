@@ -101,3 +101,14 @@ def test_console_script_is_the_fast_exit_entry():
 
     text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
     assert 'capscore = "capscore.cli:entry"' in text and callable(cli.entry)
+
+
+def test_python_dash_m_capscore_is_the_command(tmp_path):
+    """``python -m capscore`` runs the command: its version, and a user error's one line and exit 2."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    ok = subprocess.run([sys.executable, "-m", "capscore", "--version"], capture_output=True, text=True, env=env,
+                        timeout=120)
+    assert ok.returncode == 0 and ok.stdout.startswith("capscore ")
+    bad = subprocess.run([sys.executable, "-m", "capscore", "scroe"], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert bad.returncode == 2 and "score" in bad.stderr and "Traceback" not in bad.stderr

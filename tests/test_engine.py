@@ -139,3 +139,42 @@ def test_palette_png_reference_rgb_order(tmp_path):
         assert (enc.encode_images([path])[0] - want[order]).abs().max() <= 1e-5, order
         assert (enc.image_patches([path])[0][0] - want[order]).abs().max() <= 1e-5, order
     assert load_backbone("capscore-test-tiny", rgb_order="after-crop").identity.endswith("|rgb=after-crop")
+
+
+def test_raw_vectors_are_the_projections_before_normalisation_and_share_one_forward(tiny_backbone, make_images,
+                                                                                   tmp_path):
+    """raw=True gives open_clip's own encode_image / encode_text outputs (not normalised); with keep_raw, the
+    forward of a normalised request also stores them, so a raw request after it encodes nothing, in memory
+    and in the persistent cache (a second encoder on the same file)."""
+    paths = make_images(3)
+    texts = ["a dog", "two red cubes on the floor"]
+    enc = Encoder(tiny_backbone, cache=EmbeddingCache(tmp_path / "c"))
+    enc.keep_raw = True
+    unit_i, unit_t = enc.encode_images(paths + paths[:1]), enc.encode_texts(texts)
+    assert enc.stats.images_encoded == 3 and enc.stats.texts_encoded == 2
+    raw_i, raw_t = enc.encode_images(paths + paths[:1], raw=True), enc.encode_texts(texts, raw=True)
+    assert enc.stats.images_encoded == 3 and enc.stats.texts_encoded == 2  # nothing encoded again
+    from PIL import Image
+
+    with torch.no_grad():
+        px = torch.stack([tiny_backbone.preprocess(Image.open(p).convert("RGB")) for p in paths])
+        want_i = tiny_backbone.model.encode_image(px)
+        want_t = tiny_backbone.model.encode_text(open_clip.get_tokenizer("capscore-test-tiny")(texts))
+    assert (raw_i[:3] - want_i).abs().max() < 1e-5 and torch.equal(raw_i[3], raw_i[0])
+    assert (raw_t - want_t).abs().max() < 1e-5
+    assert not torch.allclose(raw_i.norm(dim=-1), torch.ones(4))  # really before normalisation
+    assert (torch.nn.functional.normalize(raw_i, dim=-1) - unit_i).abs().max() < 1e-6
+    assert (torch.nn.functional.normalize(raw_t, dim=-1) - unit_t).abs().max() < 1e-6
+    later = Encoder(tiny_backbone, cache=EmbeddingCache(tmp_path / "c"))
+    assert torch.equal(later.encode_images(paths, raw=True), raw_i[:3]) and later.stats.images_encoded == 0
+
+
+def test_a_raw_request_first_also_fills_the_normalised_cache(tiny_backbone, make_images):
+    paths = make_images(2)
+    enc = Encoder(tiny_backbone)
+    raw = enc.encode_images(paths, raw=True)
+    unit = enc.encode_images(paths)
+    assert enc.stats.images_encoded == 2 and enc.stats.images_cached == 2
+    assert (torch.nn.functional.normalize(raw, dim=-1) - unit).abs().max() < 1e-6
+    with pytest.raises(ValueError, match="raw=True gives global projections only"):
+        enc.encode_images(paths, raw=True, patches=True)

@@ -464,3 +464,28 @@ def test_report_on_a_summary_whose_rows_file_is_a_folder_is_one_line(tmp_path, c
     code, _, err = run(["report", tmp_path, "--out", tmp_path / "p.html"], capsys)
     assert_one_error(code, err, "s.jsonl", "is a folder")
     assert not (tmp_path / "p.html").exists()
+
+
+@pytest.mark.parametrize("command", [["compare", "A", "A", "--resamples"], ["correlate", "--dataset", "scenes-oracle",
+                                                                           "--metric", "bleu1", "--bootstrap"]])
+def test_too_few_resamples_for_a_95_percent_interval_are_one_warning(command, tmp_path):
+    """1 to 39 resamples: the run goes on and says once that a 95 % interval's 2.5 % tails need 40; 40 says
+    nothing."""
+    import os
+    import subprocess
+    import sys
+
+    a = write_rows(tmp_path / "a.jsonl", [{"id": f"c{i}", "image": str(i), "score": i} for i in range(3)])
+    argv = [str(a) if x == "A" else x for x in command]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+
+    def warnings_of(n: str) -> list[str]:  # parsing only (--help): the warning comes from the option itself
+        proc = subprocess.run([sys.executable, "-m", "capscore", *argv, n, "--help"], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return [line for line in proc.stderr.splitlines() if "warning" in line]
+
+    assert warnings_of("1") == [
+        "capscore: warning: 1 resample is too few for a 95% interval (each 2.5% tail needs at least 40); its ends "
+        "are the extreme resamples; use 1000 or more"]
+    assert warnings_of("40") == []

@@ -37,11 +37,11 @@ LAYERS = [
     {"meta", "probes", "train"},  # consumers of scores
     {"engines"},  # where block functions run
     {"api", "integrations"},  # Python faces
-    {"commands", "cli", "__init__"},  # the command line (and the package's own re-exports)
+    {"commands", "cli", "__init__", "__main__"},  # the command line (and the package's own re-exports; python -m)
 ]
 LAYER_OF = {name: i for i, layer in enumerate(LAYERS) for name in layer}
 SAME_LAYER_OK = {("integrations", "api"), ("probes", "meta"), ("train", "probes"), ("scores", "perturb"),
-                 ("cli", "commands"), ("__init__", "api"), ("meta", "probes")}
+                 ("cli", "commands"), ("__init__", "api"), ("meta", "probes"), ("__main__", "cli")}
 
 
 def _module_name(path: Path) -> str:

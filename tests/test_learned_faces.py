@@ -120,8 +120,9 @@ def test_correlate_puts_clip_s_and_polos_in_one_table(wdir, capsys):
                  "--metric-weights", str(wdir), "--scenes", "6", "--bootstrap", "0"]) == 0
     table = capsys.readouterr().out.splitlines()
     head = next(i for i, line in enumerate(table) if line.startswith("metric"))
-    names = [line.split()[0] for line in table[head + 1: head + 3]]
-    assert sorted(names) == ["clip-s", "polos"]
+    rows = {line.split()[0]: line for line in table[head + 1: head + 3]}
+    assert sorted(rows) == ["clip-s", "polos"]
+    assert rows["polos"].split()[1:3] == ["(own", "models)"] and rows["clip-s"].split()[1] == "scenes-tiny"
 
 
 def test_doctor_lists_the_metric_weights(wdir, tmp_path, capsys):
@@ -278,3 +279,90 @@ def test_each_checkpoint_is_loaded_once_per_run(wdir, data, tmp_path, monkeypatc
                  str(data / "img"), "--captions", str(data / "caps.json"), str(other), "--refs",
                  str(data / "refs.json"), "--chunk-size", "1", "--out", str(tmp_path / "o.jsonl")]) == 0
     assert len(_rows(tmp_path / "o.jsonl", "polos")) == 6 and sorted(loads) == ["deneb", "polos"]
+
+
+def test_polos_and_clip_s_on_one_tower_encode_each_image_once(wdir, data, tmp_path, monkeypatch):
+    """--model naming a file with Polos's own CLIP tensors: one forward per distinct image for Polos, CLIP-S
+    and cosine (the random tower's CLIP-S is clamped to 0 here; cosine is its unclamped cosine), each metric
+    with the numbers it has run alone; with another --model each tower encodes the images."""
+    import torch
+
+    from capscore.backbones.released import read_checkpoint
+    from capscore.cli import main
+    from capscore.embed.engine import Encoder
+
+    sd, _ = read_checkpoint(wdir / "polos" / "reprod.ckpt")
+    tower = tmp_path / "polos-clip.pt"
+    torch.save({k[len("clip."):]: v for k, v in sd.items() if k.startswith("clip.")}, tower)
+    seen = {"images": 0}
+    real = Encoder._forward_pixels
+    monkeypatch.setattr(Encoder, "_forward_pixels",
+                        lambda self, c, px, **k: seen.update(images=seen["images"] + len(px)) or real(self, c, px, **k))
+
+    def run(out, *metrics, model=f"capscore-test-tiny/{tower}"):
+        seen["images"] = 0
+        weights = ["--metric-weights", str(wdir)] if "polos" in metrics else []
+        assert main(["-q", "score", "--metric", *metrics, "--model", model, *weights,
+                     "--images", str(data / "img"), "--captions", str(data / "caps.json"), "--refs",
+                     str(data / "refs.json"), "--no-cache", "--out", str(tmp_path / out)]) == 0
+        return seen["images"]
+
+    assert run("both.jsonl", "polos", "clip-s", "cosine") == 3
+    assert run("alone.jsonl", "polos") == 3 and run("clip.jsonl", "clip-s", "cosine") == 3
+    for metric, alone in (("polos", "alone.jsonl"), ("clip-s", "clip.jsonl"), ("cosine", "clip.jsonl")):
+        got, want = _rows(tmp_path / "both.jsonl", metric), _rows(tmp_path / alone, metric)
+        assert [r["id"] for r in got] == [r["id"] for r in want]
+        assert [r["score"] for r in got] == pytest.approx([r["score"] for r in want], abs=1e-6)
+    assert run("apart.jsonl", "polos", "clip-s", model="scenes-tiny") == 6
+    assert [r["score"] for r in _rows(tmp_path / "apart.jsonl", "polos")] == \
+        pytest.approx([r["score"] for r in _rows(tmp_path / "alone.jsonl", "polos")], abs=1e-6)
+
+
+def test_a_warm_rerun_encodes_nothing_and_polos_and_deneb_share_the_simcse_features(wdir, data, tmp_path,
+                                                                                  monkeypatch):
+    """With the persistent cache: the first run encodes each distinct text once with SimCSE for both metrics
+    (their checkpoints carry the same SimCSE weights) and each image once per CLIP tower (DENEB's normalises
+    pixels otherwise than Polos's); the rerun encodes nothing and gives the same rows."""
+    from capscore.backbones.sentence import SentenceEncoder
+    from capscore.cli import main
+    from capscore.embed.engine import Encoder
+
+    seen = {"texts": 0, "images": 0}
+    forward, pixels = SentenceEncoder._forward, Encoder._forward_pixels
+    monkeypatch.setattr(SentenceEncoder, "_forward",
+                        lambda self, rows: seen.update(texts=seen["texts"] + len(rows)) or forward(self, rows))
+    monkeypatch.setattr(Encoder, "_forward_pixels",
+                        lambda self, c, px, **k: seen.update(images=seen["images"] + len(px)) or pixels(self, c, px, **k))
+
+    def run(out):
+        seen.update(texts=0, images=0)
+        assert main(["-q", "score", "--metric", "polos", "deneb", "--metric-weights", str(wdir), "--images",
+                     str(data / "img"), "--captions", str(data / "caps.json"), "--refs", str(data / "refs.json"),
+                     "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / out)]) == 0
+        return dict(seen)
+
+    distinct = len(set(CAPS.values()) | {r for refs in REFS.values() for r in refs})
+    assert run("first.jsonl") == {"texts": distinct, "images": 6}
+    assert run("again.jsonl") == {"texts": 0, "images": 0}
+    for metric in ("polos", "deneb"):
+        first, again = _rows(tmp_path / "first.jsonl", metric), _rows(tmp_path / "again.jsonl", metric)
+        assert [r["score"] for r in again] == [r["score"] for r in first] and len(first) == 3
+
+
+def test_the_api_keeps_polos_tower_vectors_where_its_cache_parameter_says(wdir, data, tmp_path, monkeypatch):
+    """capscore.score(cache=None) writes no cache file (the towers' vectors stay in memory); cache=FOLDER keeps
+    them, the SimCSE features too, in FOLDER's database."""
+    import capscore
+    from capscore.embed.cache import EmbeddingCache
+
+    opened = []
+    real = EmbeddingCache.__init__
+    monkeypatch.setattr(EmbeddingCache, "__init__", lambda self, path=None, **k: opened.append(path) or
+                        real(self, path, **k))
+    images, caps, refs = _inputs(data)
+    first = capscore.score(images, caps, refs, metric="polos", metric_weights=str(wdir))
+    assert opened == []
+    again = capscore.score(images, caps, refs, metric="polos", metric_weights=str(wdir), cache=str(tmp_path / "c"))
+    assert again == pytest.approx(first, abs=1e-6) and len(opened) == 1
+    db = EmbeddingCache(tmp_path / "c")
+    assert len(db) >= 2 * 3 and db.feature_bytes() > 0  # raw + normalised image vectors; SimCSE features

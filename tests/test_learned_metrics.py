@@ -404,3 +404,41 @@ def test_polos_can_use_a_capscore_backbone_with_the_same_weights(wdir, polos):
     imgs = images(2)
     assert score_polos(shared, imgs, CAPS[:2], REFS[:2]) == pytest.approx(score_polos(polos, imgs, CAPS[:2], REFS[:2]),
                                                                           abs=1e-6)
+
+
+def test_same_vectors_tells_towers_apart_by_weights_activation_and_transform(wdir):
+    """One state dict as a QuickGELU and as a GELU tower, or with OpenAI's and with (0.5, 0.5, 0.5)
+    normalisation, gives other vectors; the same tower built twice gives the same ones."""
+    from capscore.backbones.base import same_vectors
+    from capscore.backbones.openai_ckpt import backbone_from_state_dict
+    from capscore.backbones.released import read_checkpoint
+
+    sd, _ = read_checkpoint(wdir / "polos" / "reprod.ckpt")
+    clip = {k[len("clip."):]: v for k, v in sd.items() if k.startswith("clip.")}
+
+    def build(**kw):
+        return backbone_from_state_dict(clip, spec="t", where="t", **kw)
+
+    a = build(quick_gelu=True)
+    assert same_vectors(a, build(quick_gelu=True))
+    assert not same_vectors(a, build(quick_gelu=False))
+    assert not same_vectors(a, build(quick_gelu=True, mean_std=((0.5,) * 3, (0.5,) * 3)))
+    other = {k: v + 0.01 if k == "visual.proj" else v for k, v in clip.items()}
+    assert not same_vectors(a, backbone_from_state_dict(other, spec="t", where="t", quick_gelu=True))
+
+
+@pytest.mark.slow  # two ViT-B/32 builds and their weights hashes
+@pytest.mark.parametrize("arch, shared", [("ViT-B-32-quickgelu", True), ("ViT-B-32", False)])
+def test_polos_tower_from_a_state_dict_is_shared_only_with_the_quickgelu_vit_b_32(arch, shared):
+    """Polos's checkpoint tower (OpenAI's ViT-B/32: QuickGELU, inferred from an OpenAI-layout state dict) and
+    open_clip's ViT-B/32 with the same tensors: one encoder for the QuickGELU build, two for the GELU one."""
+    from capscore.backbones import load_backbone
+    from capscore.backbones.base import same_vectors
+    from capscore.backbones.openai_ckpt import backbone_from_state_dict
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = load_backbone(arch, seed=0)
+    tower = backbone_from_state_dict({k: v.clone() for k, v in run.model.state_dict().items()},
+                                     spec="polos:reprod.ckpt#clip", where="reprod.ckpt (clip.*)")
+    assert same_vectors(run, tower) is shared

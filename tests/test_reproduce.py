@@ -252,3 +252,29 @@ def test_rows_on_polaris_and_nebula_run_on_the_published_csv_layout(data_root, t
     results = R.run_table(rows, data_root=data_root, weights_root=tmp_path / "none", batch_size=16,
                           model_override={r.model: "capscore-test-tiny" for r in rows})
     assert all(r.skipped == "" and np.isfinite(r.ours) for r in results)
+
+
+def test_a_row_whose_correlation_is_undefined_is_skipped_with_the_reason_and_the_next_row_runs(data_root, tmp_path):
+    """A metric scoring every caption alike has no correlation with the ratings: its row says why, the
+    table goes on to the next row."""
+    import dataclasses
+
+    from capscore.scores.metric import METRICS, Metric, Values, register
+
+    class Constant:
+        needs, columns = frozenset({"global"}), ()
+
+        def compute(self, batch):
+            return Values([0.5] * len(batch))
+
+    rows = [r for r in R.read_table("polos-2024") if r.metric == "refclip-s"][:1]
+    register(Metric("constant-test", "a test metric", image=Constant(), prefix=""))
+    try:
+        results = R.run_table([dataclasses.replace(rows[0], metric="constant-test"), rows[0]], data_root=data_root,
+                              weights_root=tmp_path / "none", batch_size=16,
+                              model_override={rows[0].model: "capscore-test-tiny"})
+    finally:
+        del METRICS["constant-test"]
+    assert results[0].ours is None and results[0].skipped.startswith("not computed: ")
+    assert "metric scores are constant (all 0.5): a correlation is undefined" in results[0].skipped
+    assert results[1].skipped == "" and np.isfinite(results[1].ours)

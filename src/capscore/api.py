@@ -156,6 +156,14 @@ def score(
                   aggregate=aggregate, metric_weights=metric_weights)
 
 
+def _own_encoding(device: str, dtype: str, cache) -> Encoding:
+    """Where the metrics with their own models run, and where their towers' vectors go: ``cache`` read as
+    :func:`get_encoder` reads it (a cache object: in memory, for a run without a backbone)."""
+    persistent = cache is not None and cache is not False and not hasattr(cache, "get_many")
+    return Encoding(device=device, dtype=dtype, cache=persistent,
+                    cache_dir=str(cache) if persistent and cache is not True else None)
+
+
 def _score(images, captions, refs, *, func: str, name, model, metric, prefix, device, dtype, cache, batch_size, seed,
            context_length, skip_bad, as_frame, aggregate=False, metric_weights=None):
     validate.check_bool(aggregate, "aggregate", func)
@@ -190,7 +198,7 @@ def _score(images, captions, refs, *, func: str, name, model, metric, prefix, de
     # the job checks the metric names (did-you-mean, the medium) before any model is loaded
     job = pipeline.ScoreJob(source=InMemory(tuple(items)), models=tuple(models), metrics=tuple(metrics), prefix=prefix,
                             skip_bad=skip_bad, chunk_size=max(1, len(items)), progress=False,
-                            encoding=Encoding(device=device, dtype=dtype),  # where metrics with their own models run
+                            encoding=_own_encoding(device, dtype, cache),  # where metrics with their own models run
                             options={"metric_weights": metric_weights} if metric_weights is not None else {})
     encoders = {}
     for mdl in models if job.encodes else ():

@@ -79,7 +79,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from capscore.embed.factory import Encoding, make_encoder, open_cache  # Encoding: also capscore.pipeline.Encoding
+from capscore.embed.factory import Encoding, make_encoder, open_cache, tower_encoder  # Encoding: also capscore.pipeline.Encoding
 from capscore.errors import CapscoreError, InputError, OptionError, braced
 from capscore.report.writers import (
     JOURNAL, JOURNAL_INPUT, OutputLock, RowWriter, ShardFiles, load_json, open_writer, output_format, output_names,
@@ -596,6 +596,7 @@ class _Runner:
                          {n: self._options(n) for n in self.metrics}, job.skip_bad,
                          columns_for(job.medium, self.metrics.values()))
         self._warned: set[str] = set()
+        self._towers: dict[str, object] = {}
         for enc in self.encoders.values():
             for n, m in self.metrics.items():
                 if n not in self.text:
@@ -658,16 +659,36 @@ class _Runner:
                                                                if isinstance(x.caption, str)]
         return corpus_idf(self.encoders[model], corpus)
 
+    def tower(self, name: str):
+        """The encoder of metric ``name``'s own image tower (Polos's and DENEB's CLIP: a formula's
+        ``tower(options)``), None for the others: the run's encoder of a backbone giving the same vectors,
+        else one of the tower on the run's cache (:func:`capscore.embed.factory.tower_encoder`). Made at
+        the metric's first block, once per run."""
+        if name not in self._towers:
+            formula, enc = self.metrics[name].formula(self.job.medium), None
+            if hasattr(formula, "tower"):
+                store = next((e.cache for e in self.encoders.values()), None)
+                enc = tower_encoder(formula.tower(self.plan.options[name]), self.encoders.values(),
+                                    self.job.encoding, store=store if store is not None else open_cache(self.job.encoding))
+            self._towers[name] = enc
+        return self._towers[name]
+
+    def all_encoders(self) -> list:
+        """The run's encoders and its metrics' tower encoders, each once (for the summary's totals)."""
+        out = list(self.encoders.values())
+        return out + [e for e in dict.fromkeys(self._towers.values()) if e is not None and all(e is not o for o in out)]
+
     def blocks(self, model: str, name: str, items: Iterator) -> Iterator[list[dict]]:
         """Scored rows of ``items`` block by block (an encoder batch, or ``chunk_size`` items when smaller;
-        a corpus metric such as CIDEr takes all at once), tagged with model and metric; raises the first fatal
-        error after yielding the rows before it."""
-        metric, enc = self.metrics[name], None if model is None else self.encoders[model]
+        a corpus metric such as CIDEr takes all at once; a metric with its own models, ``chunk_size``
+        items), tagged with model and metric; raises the first fatal error after yielding the rows before it."""
+        metric = self.metrics[name]
+        enc = self.tower(name) if model is None else self.encoders[model]
         idf = self.idf(model, name)
         extra = {"idf": idf} if idf is not None else None
         corpus = "corpus" in metric.needs(self.job.medium)  # CIDEr: its IDF comes from the whole evaluated set
-        size = sys.maxsize if corpus else self.job.chunk_size if enc is None else min(enc.batch_size,
-                                                                                        self.job.chunk_size)
+        size = sys.maxsize if corpus else self.job.chunk_size if model is None else min(enc.batch_size,
+                                                                                          self.job.chunk_size)
         for part in _chunks(items, size):
             self._warn_ignored_refs(metric, part)
             rows, fatal = self.plan.score(part, enc, model, name, extra=extra)
@@ -818,10 +839,11 @@ def _score_into(runner: _Runner, items, writer, prior, summaries: dict, bar, *, 
 
 
 def _totals(job: ScoreJob, runner: _Runner, t0: float) -> dict:
+    encoders = runner.all_encoders()
     totals = {"seconds": round(time.perf_counter() - t0, 3),
-              "truncated_captions": sum(getattr(e.stats, "truncated", 0) for e in runner.encoders.values())}
+              "truncated_captions": sum(getattr(e.stats, "truncated", 0) for e in encoders)}
     if job.medium == "video":
-        st = [e.stats for e in runner.encoders.values()]
+        st = [e.stats for e in encoders]
         totals.update(videos_encoded=sum(s.videos_encoded for s in st), videos_cached=sum(s.videos_cached for s in st),
                       frames_encoded=sum(s.frames_encoded for s in st),
                       decode_seconds=round(sum(s.decode_seconds for s in st), 3),

@@ -173,6 +173,11 @@ class Backbone(ABC):
             ) + ("" if self.rgb_order == "first" else f"|rgb={self.rgb_order}")
         return self._identity
 
+    @property
+    def weights_digest(self) -> str:
+        """The weights hash of :attr:`identity` (computed with it, once)."""
+        return self.identity.split("|w=", 1)[1].split("|", 1)[0]
+
     def set_rgb_order(self, order: str) -> None:
         """``"first"`` (default) or ``"after-crop"`` (the reference scripts' order; see ``rgb_order``)."""
         if order not in self.RGB_ORDERS:
@@ -281,6 +286,42 @@ class Backbone(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.spec} ctx={self.context_length} dim={self.embed_dim}>"
+
+
+_PROBE_TEXTS = ("A photo depicts a red bus, parked; two dogs!", "x")
+
+
+def same_vectors(a, b) -> bool:
+    """Whether backbones ``a`` and ``b`` give the same vectors for every input, so that one encoder (and its
+    cache) can serve both: the same width, context, padding rule and RGB order, device and dtype, the same
+    weights (:attr:`Backbone.weights_digest`), and — which the weights alone do not settle (a QuickGELU and a
+    GELU tower share one state dict; an image transform is not in it) — the same token ids, preprocessed
+    pixels and forward outputs on a probe image and two probe texts. Cheap facts first: a backbone of
+    another width or weights is told apart without building a lazy one."""
+    if a is b:
+        return True
+    facts = ("embed_dim", "context_length", "rgb_order", "pad_to_longest_exact")
+    if any(getattr(a, f) != getattr(b, f) for f in facts) or a.weights_digest != b.weights_digest:
+        return False
+    if a.device != b.device or a.dtype != b.dtype or a.pad_id != b.pad_id:
+        return False
+    grid = np.linspace(0, 255, 61 * 47 * 3).reshape(47, 61, 3)
+    image = Image.fromarray(((grid * 7.3) % 256).astype(np.uint8))
+    pa, pb = a.preprocess(image), b.preprocess(image)
+    if pa.shape != pb.shape or not torch.equal(pa, pb):
+        return False
+    ids = a.tokenize(list(_PROBE_TEXTS))
+    if ids != b.tokenize(list(_PROBE_TEXTS)):
+        return False
+    width = max(len(r) for r in ids) if a.pad_to_longest_exact else a.context_length
+    x = torch.full((len(ids), width), a.pad_id, dtype=torch.long)
+    for j, r in enumerate(ids):
+        x[j, : len(r)] = torch.tensor(r[:width], dtype=torch.long)
+    lengths = torch.tensor([min(len(r), width) for r in ids])
+    with torch.inference_mode():
+        outs = [(bb.forward_images(pa[None].to(bb.device, bb.dtype))[0].float().cpu(),
+                 bb.forward_texts(x.to(bb.device), lengths)[0].float().cpu()) for bb in (a, b)]
+    return all(torch.allclose(u, v, rtol=1e-5, atol=1e-6) for u, v in zip(*outs))
 
 
 def _register_stand_in() -> None:

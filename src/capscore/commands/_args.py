@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 from functools import partial
 
+from capscore._log import warn
 from capscore.report import outputs
 
 
@@ -53,6 +54,9 @@ seed = _ranged(int, lambda v: 0 <= v <= 2**63 - 1, "an integer in [0, 2**63 - 1]
                "A random seed: every generator capscore seeds (numpy, torch, random) takes these.")
 
 
+FEWEST_RESAMPLES = 40
+
+
 def resamples(text: str, *, zero: bool = False) -> int:
     """A number of bootstrap resamples or randomisation shuffles, at most :data:`capscore.meta.MAX_RESAMPLES`
     (``zero``: 0, no resampling, is allowed)."""
@@ -62,6 +66,10 @@ def resamples(text: str, *, zero: bool = False) -> int:
     if not (0 if zero else 1) <= value <= MAX_RESAMPLES:
         raise argparse.ArgumentTypeError(f"must be a number of resamples in [{0 if zero else 1}, "
                                          f"{MAX_RESAMPLES:,}]; got {text}")
+    if 0 < value < FEWEST_RESAMPLES:  # the printed intervals are 95 %: each 2.5 % tail needs 1 in 40
+        warn(f"{value} resample{'' if value == 1 else 's'} {'is' if value == 1 else 'are'} too few for a 95% "
+             f"interval (each 2.5% tail needs at least "
+             f"{FEWEST_RESAMPLES}); its ends are the extreme resamples; use 1000 or more")
     return value
 
 

@@ -21,7 +21,12 @@ Every metric, probe and trainer evaluation goes through :class:`Encoder`:
   bounded in-memory cache; patch tokens, the largest, to the in-memory cache only;
 * one image forward serves both the global vector and the patch tokens
   (``encode_images(..., patches=True)``, ``image_patches``): the global vector
-  of a patch forward goes to the persistent cache like any other.
+  of a patch forward goes to the persistent cache like any other;
+* ``raw=True`` gives the projections before normalisation, for metrics that feed
+  them to a trained head (Polos, DENEB). They are cached under their own kinds
+  (``image-raw``, ``text-raw``) by the same forward that gives the normalised
+  vectors, whenever the encoder is asked for them or ``keep_raw`` is set: a
+  cosine metric and a trained head on one backbone encode each input once.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import torch.nn.functional as F
 
 from capscore._log import open_bar, warn
 from capscore.backbones.base import Backbone
+from capscore.backbones.sentence import SentenceFeatures
 from capscore.embed.cache import EmbeddingCache, cache_key
 from capscore.data.images import ImageRef
 from capscore.errors import CapscoreError, InputError
@@ -122,6 +128,9 @@ class Encoder:
         self.workers = max(1, workers)
         self.progress = progress
         self.stats = EncoderStats()
+        # also cache the raw projections of what is encoded (set by a run whose metrics read them, or by the
+        # first raw=True request), so one forward serves normalised and raw readers alike
+        self.keep_raw = False
         self._warned_truncation = False
         self._features = MemoryCache(max_items=4096)  # patch/token features
 
@@ -177,14 +186,16 @@ class Encoder:
                 x[j, : len(r)] = torch.tensor(r, dtype=torch.long)
             yield pos, x, torch.tensor([len(r) for r in rows], dtype=torch.long)
 
-    def encode_texts(self, texts: Sequence[str]) -> torch.Tensor:
-        """Texts -> (N, D) normalised float32 vectors, in input order."""
+    def encode_texts(self, texts: Sequence[str], *, raw: bool = False) -> torch.Tensor:
+        """Texts -> (N, D) normalised float32 vectors, in input order (``raw=True``: the text projections
+        before normalisation)."""
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise InputError(f"text #{i}", "caption is not a string", got=t)
         bb = self.backbone
+        self.keep_raw = self.keep_raw or raw
         uniq = list(dict.fromkeys(texts))
-        keys = [cache_key(bb.identity, "text", t) for t in uniq]
+        keys = [cache_key(bb.identity, "text-raw" if raw else "text", t) for t in uniq]
         found = self.cache.get_many(keys)
         missing = [i for i, k in enumerate(keys) if k not in found]
         self.stats.texts_cached += len(uniq) - len(missing)
@@ -195,10 +206,15 @@ class Encoder:
             with torch.inference_mode():
                 for pos, x, lengths in self._batches(ids, self.batch_size):
                     g, _ = bb.forward_texts(x.to(bb.device), lengths)
-                    g = F.normalize(g.float(), dim=-1).cpu().numpy()
-                    new = [(keys[missing[p]], g[j]) for j, p in enumerate(pos)]
-                    self.cache.put_many(new)
-                    vecs.update(new)
+                    g_raw = g.float().cpu()
+                    g = F.normalize(g_raw, dim=-1).numpy()
+                    done = [uniq[missing[p]] for p in pos]
+                    rows = [(cache_key(bb.identity, "text", t), v) for t, v in zip(done, g)]
+                    if self.keep_raw:
+                        rows += [(cache_key(bb.identity, "text-raw", t), v) for t, v in zip(done, g_raw.numpy())]
+                    self.cache.put_many(rows)  # one commit
+                    got = g_raw.numpy() if raw else g
+                    vecs.update((keys[missing[p]], got[j]) for j, p in enumerate(pos))
                     self.stats.texts_encoded += len(pos)
                     if bar:
                         bar.update(len(pos))
@@ -320,7 +336,7 @@ class Encoder:
         return ref.decode(payload, convert_rgb=False)
 
     def encode_images(self, images: Sequence, *, errors: dict[int, str] | None = None,
-                      patches: bool = False) -> torch.Tensor:
+                      patches: bool = False, raw: bool = False) -> torch.Tensor:
         """Images (paths, PIL images or ImageRefs) -> (N, D) normalised float32 vectors.
 
         A missing, unreadable or truncated file raises :class:`InputError` naming
@@ -328,13 +344,17 @@ class Encoder:
         message) instead and that row is NaN. With ``patches=True`` the images
         whose patch tokens are not in memory yet go through one forward that also
         yields them (kept for :meth:`image_patches`), so a metric that needs both
-        (ABE-CLIP) encodes each image once.
+        (ABE-CLIP) encodes each image once. ``raw=True``: the image projections
+        before normalisation (not with ``patches``).
         """
         bb = self.backbone
+        if raw and patches:
+            raise ValueError("encode_images: raw=True gives global projections only, not patches")
+        self.keep_raw = self.keep_raw or raw
         refs = [ImageRef.of(x) for x in images]
         first_of = _first_of(refs)
         failed: dict[int, str] | None = {} if errors is not None else None
-        got = self._image_features(refs, list(first_of.values()), failed, patches=patches)
+        got = self._image_features(refs, list(first_of.values()), failed, patches=patches, raw=raw)
         out = torch.full((len(refs), bb.embed_dim), float("nan"))
         for i, r in enumerate(refs):
             u = first_of[r.identity_hint()]
@@ -388,8 +408,9 @@ class Encoder:
         return got
 
     def _image_features(self, refs: list[ImageRef], uniq_idx: list[int], failed: dict[int, str] | None, *,
-                        patches: bool) -> dict[int, object]:
-        """index -> global vector (np), or with ``patches`` -> (global (D,), patches (P, D)) tensors.
+                        patches: bool, raw: bool = False) -> dict[int, object]:
+        """index -> global vector (np; ``raw``: before normalisation), or with ``patches`` -> (global (D,),
+        patches (P, D)) tensors.
 
         Reads and hashes in worker threads, consults the caches (the patch tokens live in memory only),
         then decodes and preprocesses only the misses (worker threads again) and encodes them in batches."""
@@ -410,13 +431,13 @@ class Encoder:
             pixels = self._map(lambda i, payload: bb.preprocess(self._decode(refs[i], payload)),
                                [(i, payload) for i, _, payload in misses], failed)
             todo = [(i, c, px) for (i, c, _), px in zip(misses, pixels) if px is not None]
-            vecs = self._forward_pixels([cache_key(bb.identity, "image", c) for _, c, _ in todo],
-                                        [px for _, _, px in todo],
-                                        patch_keys=[patch_key(c) for _, c, _ in todo] if patches else None)
+            vecs = self._forward_pixels([c for _, c, _ in todo], [px for _, _, px in todo], patches=patches,
+                                        raw=raw)
             return {i: v for (i, _, _), v in zip(todo, vecs)}
 
         # Hash the bytes first; decode only what the cache does not already hold.
-        return self._encode_unique(refs, uniq_idx, failed, kind="image", chunk=self.image_batch_size * 4,
+        return self._encode_unique(refs, uniq_idx, failed, kind="image-raw" if raw else "image",
+                                   chunk=self.image_batch_size * 4,
                                    read=lambda i, ref: ref.read(), lookup=lookup, encode=encode,
                                    cached_stat="images_cached", what="images")
 
@@ -431,31 +452,42 @@ class Encoder:
         and its error handling stay the ones of the single-process engine.
         """
         bb = self.backbone
-        uniq = dict(zip((cache_key(bb.identity, "image", k) for k in content_keys), pixels))
-        found = self.cache.get_many(list(uniq))
-        todo = [(k, px) for k, px in uniq.items() if k not in found]
-        self._forward_pixels([k for k, _ in todo], [px for _, px in todo])
+        kind = "image-raw" if self.keep_raw else "image"  # the raw one is what a later raw reader lacks
+        uniq = dict(zip(content_keys, pixels))
+        found = self.cache.get_many([cache_key(bb.identity, kind, c) for c in uniq])
+        todo = [(c, px) for c, px in uniq.items() if cache_key(bb.identity, kind, c) not in found]
+        self._forward_pixels([c for c, _ in todo], [px for _, px in todo])
 
-    def _forward_pixels(self, keys: list[bytes], pixels: list[torch.Tensor], *,
-                        patch_keys: list[bytes] | None = None) -> list:
-        """Preprocessed images -> normalised vectors, batch by batch, each batch committed to the cache.
+    def _forward_pixels(self, contents: list[str], pixels: list[torch.Tensor], *, patches: bool = False,
+                        raw: bool = False) -> list:
+        """Preprocessed images (``contents``: their content keys) -> normalised vectors (``raw``: the
+        projections before normalisation), batch by batch, each batch committed to the cache (the raw ones
+        too when ``keep_raw``).
 
-        With ``patch_keys`` the same forward also yields the patch tokens: each image's
-        (global, patches) pair goes to the in-memory feature cache and is returned."""
+        With ``patches`` the same forward also yields the patch tokens: each image's (global, patches) pair
+        goes to the in-memory feature cache and is returned."""
         bb = self.backbone
         out: list = []
         with torch.inference_mode():
             for b in range(0, len(pixels), self.image_batch_size):
                 px = torch.stack(list(pixels[b : b + self.image_batch_size]))
-                g, p = bb.forward_images(px.to(bb.device, bb.dtype), patches=patch_keys is not None)
-                g = F.normalize(g.float(), dim=-1).cpu()
-                self.cache.put_many(zip(keys[b : b + len(px)], g.numpy()))
-                if patch_keys is None:
+                done = contents[b : b + len(px)]
+                g, p = bb.forward_images(px.to(bb.device, bb.dtype), patches=patches)
+                g_raw = g.float().cpu()
+                g = F.normalize(g_raw, dim=-1)
+                rows = [(cache_key(bb.identity, "image", c), v) for c, v in zip(done, g.numpy())]
+                if self.keep_raw:
+                    rows += [(cache_key(bb.identity, "image-raw", c), v) for c, v in zip(done, g_raw.numpy())]
+                self.cache.put_many(rows)  # one commit
+                if raw:
+                    out.extend(g_raw.numpy())
+                elif not patches:
                     out.extend(g.numpy())
                 else:
                     p = F.normalize(p.float(), dim=-1).cpu()
                     pairs = [(g[j].clone(), p[j].clone()) for j in range(len(px))]
-                    self._features.put_many(zip(patch_keys[b : b + len(px)], pairs))
+                    self._features.put_many([(cache_key(bb.identity, "image-patches", c), pair)
+                                             for c, pair in zip(done, pairs)])
                     out.extend(pairs)
                 self.stats.images_encoded += len(px)
         return out
@@ -551,6 +583,57 @@ class Encoder:
             return None
 
         return open_bar(total, desc=f"encoding {what}", unit=what[:-1])
+
+
+class CachedSentences:
+    """A sentence encoder's features through a cache: Polos's and DENEB's SimCSE-RoBERTa
+    (:class:`~capscore.backbones.sentence.SentenceEncoder`), each distinct text once.
+
+    With a persistent cache (:class:`EmbeddingCache`) the per-text features go to its bounded feature
+    table under (encoder identity, ``sentence-features``, text): a later run, or the other metric of a run
+    whose checkpoint carries the same encoder weights (Polos and DENEB both carry SimCSE's), encodes none
+    of them again. The float64 sums are stored bit for bit. With an in-memory cache nothing is kept
+    beyond the call (the features of one text are 40 KB for RoBERTa-base)."""
+
+    KIND = "sentence-features"
+
+    def __init__(self, sentence, cache=None):
+        self.sentence = sentence
+        self.cache = cache
+
+    def encode(self, texts: Sequence[str], *, batch_size: int = 64) -> SentenceFeatures:
+        """Features of ``texts`` in input order (as :meth:`SentenceEncoder.encode`)."""
+        if not isinstance(self.cache, EmbeddingCache):
+            return self.sentence.encode(texts, batch_size=batch_size)
+        uniq = list(dict.fromkeys(texts))
+        keys = [cache_key(self.sentence.identity, self.KIND, t) for t in uniq]
+        found = {k: _unpack_sentence(v) for k, v in self.cache.get_features(keys).items()}
+        todo = [t for t, k in zip(uniq, keys) if k not in found]
+        if todo:
+            new = self.sentence.encode(todo, batch_size=batch_size)
+            packed = [(cache_key(self.sentence.identity, self.KIND, t), _pack_sentence(new, j))
+                      for j, t in enumerate(todo)]
+            self.cache.put_features(packed)
+            found.update((k, _unpack_sentence(v)) for k, v in packed)
+        rows = [found[k] for k in keys]
+        feats = SentenceFeatures(*(torch.stack([r[f] for r in rows]) for f in range(4))) if rows else \
+            self.sentence.encode([], batch_size=batch_size)
+        index = {t: i for i, t in enumerate(uniq)}
+        return feats.select(torch.tensor([index[t] for t in texts], dtype=torch.long))
+
+
+def _pack_sentence(f, j: int) -> np.ndarray:
+    """Row ``j`` of SentenceFeatures as float32: L, D, first (L·D), then sums, sumsq, count as float64 bits."""
+    first = f.first[j].numpy().astype(np.float32)
+    wide = np.concatenate([f.sums[j].numpy(), f.sumsq[j].numpy(), f.counts[j: j + 1].numpy()]).astype(np.float64)
+    return np.concatenate([np.array(first.shape, dtype=np.float32), first.ravel(), wide.view(np.float32)])
+
+
+def _unpack_sentence(v: np.ndarray) -> tuple:
+    L, D = int(v[0]), int(v[1])
+    first = torch.from_numpy(v[2: 2 + L * D].reshape(L, D).copy())
+    wide = torch.from_numpy(v[2 + L * D:].copy().view(np.float64))
+    return first, wide[:L], wide[L: 2 * L], wide[2 * L]
 
 
 def _first_of(refs: Sequence) -> dict[str, int]:

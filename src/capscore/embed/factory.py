@@ -14,6 +14,10 @@ The rules, once:
   ``~/.cache/capscore`` or ``$CAPSCORE_CACHE``); ``cache=False`` keeps vectors in memory (a bounded
   LRU). A caller that builds several encoders of one run passes one opened store (``store=``) so they
   share it.
+* a metric that brings its own image tower (Polos's and DENEB's CLIP) gets its encoder from
+  :func:`tower_encoder`: the run's encoder of a backbone that gives the same vectors
+  (:func:`~capscore.backbones.base.same_vectors`), so each image and text is encoded once for both,
+  else a new one on the run's store;
 * a model string with the persistent cache is loaded lazily
   (:class:`~capscore.backbones.lazy.LazyBackbone`): a run served from the cache never builds the
   network; without a persistent cache every vector is computed, so the model is built at once.
@@ -80,3 +84,16 @@ def make_encoder(model, encoding: Encoding = Encoding(), *, store=None, progress
                           model)
     return Encoder(backbone, batch_size=encoding.batch_size, cache=store if store is not None else open_cache(encoding),
                    workers=encoding.workers, progress=progress)
+
+
+def tower_encoder(backbone, encoders, encoding: Encoding = Encoding(), *, store=None):
+    """The encoder of a metric's own ``backbone`` (a loaded Backbone): the first of ``encoders`` (the run's)
+    whose backbone gives the same vectors, else :func:`make_encoder` of it on ``store``. Its raw projections
+    are kept (``keep_raw``): the metrics that bring a tower feed them to a trained head."""
+    from capscore.backbones.base import same_vectors  # noqa: PLC0415  (deferred: torch)
+
+    enc = next((e for e in encoders if same_vectors(e.backbone, backbone)), None)
+    if enc is None:
+        enc = make_encoder(backbone, encoding, store=store)
+    enc.keep_raw = True
+    return enc

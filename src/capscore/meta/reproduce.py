@@ -274,7 +274,14 @@ def run_table(rows: Sequence[PaperRow], *, data_root, weights_root, device: str 
                     encoders[spec] = Encoder(bb, batch_size=batch_size, cache=cache, progress=False)
                 encoder = encoders[spec]
             options = {"metric_weights": metric_weights, "device": device} if own else None
-            results[key] = evaluate(datasets[dkey], encoder, row.metric, n_resamples=0, seed=seed, options=options)
+            try:
+                results[key] = evaluate(datasets[dkey], encoder, row.metric, n_resamples=0, seed=seed,
+                                        options=options)
+            except CapscoreError as e:  # e.g. constant scores: the correlation is undefined; the other rows run
+                results[key] = f"not computed: {e}"
+        if isinstance(results[key], str):
+            out[i] = RowResult(row, skipped=results[key])
+            continue
         stat = results[key].get(row.statistic)
         if stat is None:
             raise CapscoreError(f"{row.where}: the protocol of {row.dataset} gives no statistic {row.statistic!r} "

@@ -24,8 +24,8 @@ import dataclasses
 from capscore.errors import CapscoreError, param_error
 from capscore.scores.classic import in_session
 from capscore._log import is_quiet, log, progress
-from capscore.embed.factory import Encoding, make_encoder, make_encoder as local_encoder, open_cache
-from capscore.pipeline import check_fit
+from capscore.embed.factory import Encoding, make_encoder, make_encoder as local_encoder, open_cache, tower_encoder
+from capscore.pipeline import OWN_MODELS, TEXT_ONLY, check_fit
 from capscore.report.outputs import output_dir
 from capscore.report.tables import format_table as print_table
 from capscore.scores.aggregate import aggregate_for
@@ -149,10 +149,15 @@ def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds
         if hook is not None:  # pass over all texts; a metric's own models loaded (absent weights: one line)
             with hook(lambda: dataset_texts(ds), opts[m.name]):
                 pass
-    results = [evaluate(ds, None, m, options=opts[m.name], **common) for m in text]  # no backbone: scored once
-    metrics = [m for m in metrics if not text_only(m)]
     encoding = _encoding(job)
-    store = open_cache(encoding) if metrics else None
+    store = open_cache(encoding) if len(text) < len(metrics) or any(hasattr(m.image, "tower") for m in text) else None
+
+    def tower(m):  # Polos's and DENEB's CLIP through the run's cache; the other metrics without a backbone: none
+        return tower_encoder(m.image.tower(opts[m.name]), (), encoding, store=store) if hasattr(m.image, "tower") \
+            else None
+
+    results = [evaluate(ds, tower(m), m, options=opts[m.name], **common) for m in text]  # no --model: scored once
+    metrics = [m for m in metrics if not text_only(m)]
     for spec in job.models if metrics else ():
         encoder = make_encoder(spec, encoding, store=store, progress=not is_quiet())
         backbone = encoder.backbone
@@ -294,6 +299,12 @@ def _columns(results) -> list[str]:
     return cols
 
 
+def _no_backbone(metric: str) -> str:
+    """The backbone cell of a metric scored without ``--model``: as ``capscore score`` prints it."""
+    row = registry().get(metric)
+    return "-" if row is None else OWN_MODELS if row.own_models else TEXT_ONLY
+
+
 def format_results(results: Sequence, *, significance=None) -> str:
     """One row per metric × backbone; each cell ``value [low, high]`` (points, ×100; ×1 for
     :data:`capscore.meta.stats.UNSCALED`), printed by the one table printer; then ``significance``
@@ -305,7 +316,7 @@ def format_results(results: Sequence, *, significance=None) -> str:
     cols = _columns(results)
     rows = []
     for r in results:
-        row = {"metric": r.metric, "backbone": r.backbone or "-"}
+        row = {"metric": r.metric, "backbone": r.backbone or _no_backbone(r.metric)}
         for c in cols:
             s = r.get(c)
             # SPECS Table 2's 1 − R² is x1 and unbounded (0.73 ... 3.3e7): 4 significant digits, not .1f

@@ -236,15 +236,18 @@ def load_deneb(weights_dir: str | Path | None, *, device: str = "cpu", dtype: st
     if clip is None:
         clip = backbone_from_state_dict(clip_sd, spec=f"deneb:{path}#pacs_clip", where=f"{path} (pacs_clip.*)",
                                         arch=clip_arch, mean_std=CLIP_MEAN_STD).to(device, dtype)
+        clip.remember_weights_files([path], f"deneb-clip|{clip_arch}|{dtype}")  # its hash read once per file
     return DenebModel(head, sentence, clip, str(path))
 
 
 def score_deneb(model: DenebModel, images: Sequence, captions: Sequence[str], refs: Sequence[Sequence[str]], *,
-                layer_norm: str = "sentence", batch_size: int = 32, encode_batch_size: int = 64) -> list[float]:
+                layer_norm: str = "sentence", batch_size: int = 32, encode_batch_size: int = 64,
+                clip=None, sentence=None) -> list[float]:
     """DENEB for each (image, caption, references) item: features once for all items (each distinct image
     and text once, encoders in batches of ``encode_batch_size``), then the head (in groups of
-    ``batch_size`` for ``layer_norm="batch"``: the authors' batch)."""
-    feats = extract(model.sentence, model.clip, images, captions, refs, clip_prefix=CLIP_PREFIX,
-                    batch_size=encode_batch_size)
+    ``batch_size`` for ``layer_norm="batch"``: the authors' batch). ``clip``, ``sentence``: as for
+    :func:`capscore.scores.polos.score_polos`."""
+    feats = extract(model.sentence if sentence is None else sentence, model.clip if clip is None else clip, images,
+                    captions, refs, clip_prefix=CLIP_PREFIX, batch_size=encode_batch_size)
     return run_head(lambda f, layer_norm: deneb_head(f, model.head, layer_norm=layer_norm), feats,
                     layer_norm=layer_norm, batch_size=batch_size)

@@ -12,6 +12,15 @@ treats the metrics that need no backbone: scored once per run, the rows and summ
 keyed by (metric, folder, device, dtype): one run, and the faces and metrics of one process, load each
 checkpoint once (:func:`loaded`). Within a block every distinct image and text is encoded once per
 extractor (:func:`capscore.scores.polos.extract`).
+
+Polos's and DENEB's CLIP towers run through the encoding engine: a formula's ``tower(options)`` names the
+backbone, and a run (:class:`capscore.pipeline._Runner`) hands the formula, as its batch's encoder, the
+encoder :func:`capscore.embed.factory.tower_encoder` gives: the run's own encoder when its ``--model``
+gives the same vectors (Polos and CLIP-S on OpenAI's ViT-B/32 encode each image once), else one of the
+tower on the run's cache. A face that hands no encoder gets one per loaded model, in memory
+(:func:`own_encoder`). The SimCSE features go to the same cache
+(:class:`capscore.embed.engine.CachedSentences`): a warm rerun encodes no text again, and Polos and DENEB
+in one run, whose checkpoints carry the same SimCSE weights, encode each text once.
 """
 from __future__ import annotations
 
@@ -37,6 +46,7 @@ JUDGE_MAX_NEW_TOKENS = 512
 JUDGE_ROWS = {"fleur": (FLEUR_CITATION, False), "reffleur": (FLEUR_CITATION, True), "expert": (EXPERT_CITATION, False)}
 
 _LOADED: dict[tuple, object] = {}
+_ENCODERS: dict[tuple, object] = {}
 
 
 def weights_dir(given: str | os.PathLike | None = None) -> Path:
@@ -111,14 +121,30 @@ def _load(kind: str, root: Path, device: str, dtype: str):
     return load_vlm(root / folder, device=device, dtype=dtype)
 
 
-def loaded(kind: str, options: Mapping):
-    """The model of metric ``kind`` for the options' weights folder, device and dtype, loaded once per process."""
+def _key(kind: str, options: Mapping) -> tuple:
     root = weights_dir(options.get("metric_weights")).resolve()
     device, dtype = str(options.get("device") or "cpu"), str(options.get("dtype") or "fp32")
-    key = (JUDGE_FOLDERS.get(kind, kind), root, device, dtype)
+    return JUDGE_FOLDERS.get(kind, kind), root, device, dtype
+
+
+def loaded(kind: str, options: Mapping):
+    """The model of metric ``kind`` for the options' weights folder, device and dtype, loaded once per process."""
+    key = _key(kind, options)
     if key not in _LOADED:
-        _LOADED[key] = _load(kind, root, device, dtype)
+        _LOADED[key] = _load(kind, *key[1:])
     return _LOADED[key]
+
+
+def own_encoder(kind: str, options: Mapping):
+    """An in-memory encoder of the loaded model's CLIP tower, one per model and process (for the faces that
+    hand the formula no encoder)."""
+    from capscore.embed.engine import Encoder  # noqa: PLC0415  (deferred: torch)
+
+    key = _key(kind, options)
+    if key not in _ENCODERS:
+        _ENCODERS[key] = Encoder(loaded(kind, options).clip)
+        _ENCODERS[key].keep_raw = True
+    return _ENCODERS[key]
 
 
 def _ready(kind: str, options: Mapping) -> None:
@@ -148,14 +174,21 @@ class LearnedFormula:
     def describe(self, options: Mapping) -> str:
         return f"{self.kind} weights in {weights_dir(options.get('metric_weights'))}"
 
+    def tower(self, options: Mapping):
+        """The CLIP backbone the metric reads images and texts with (the checkpoint's own tower)."""
+        return loaded(self.kind, options).clip
+
     def compute(self, batch) -> Values:
+        from capscore.embed.engine import CachedSentences  # noqa: PLC0415  (deferred: torch)
         from capscore.scores.deneb import score_deneb  # noqa: PLC0415  (deferred: torch)
         from capscore.scores.polos import score_polos  # noqa: PLC0415  (deferred: torch)
 
         model = loaded(self.kind, batch.options)
         recs = batch.records
         fn = score_polos if self.kind == "polos" else score_deneb
-        return Values(fn(model, [r.image for r in recs], [r.caption for r in recs], [list(r.refs) for r in recs]))
+        clip = batch.encoder if batch.encoder is not None else own_encoder(self.kind, batch.options)
+        return Values(fn(model, [r.image for r in recs], [r.caption for r in recs], [list(r.refs) for r in recs],
+                         clip=clip, sentence=CachedSentences(model.sentence, clip.cache)))
 
 
 class JudgeFormula:
@@ -205,5 +238,5 @@ def _register() -> None:  # torch-free: reading the registry's names imports no 
 
 _register()
 
-__all__ = ["JudgeFormula", "LearnedFormula", "OPTIONS", "WEIGHTS_ENV", "loaded", "missing", "weights_dir",
-           "weights_files"]
+__all__ = ["JudgeFormula", "LearnedFormula", "OPTIONS", "WEIGHTS_ENV", "loaded", "missing", "own_encoder",
+           "weights_dir", "weights_files"]

@@ -31,9 +31,10 @@ Choices the code leaves open, exposed as parameters:
   ``zip`` — only the first ``min_i R_i`` references of each item used. :func:`score_polos` with
   ``layer_norm="batch", batch_size=B`` reproduces ``model.predict(samples, batch_size=B)``.
 * ``clip`` — the released checkpoint carries the CLIP tower it was trained with (``clip.*``; frozen
-  during training, so OpenAI's ViT-B/32): by default that tower is used. A capscore backbone with the
-  same weights (e.g. ``ViT-B-32-quickgelu`` with OpenAI's weights) may be passed instead, so that Polos
-  and CLIP-S on one run share the image encoding.
+  during training, so OpenAI's ViT-B/32): by default that tower is used, through an encoder of the
+  encoding engine (each distinct image and text once; raw projections, cached). A run passes the
+  encoder of its own ``--model`` when that backbone gives the same vectors
+  (:func:`capscore.embed.factory.tower_encoder`), so Polos and CLIP-S on one run encode each image once.
 * An item without references has no Polos score (NaN; the metric is reference-based).
 """
 from __future__ import annotations
@@ -48,8 +49,8 @@ import torch
 from capscore.backbones.released import Part, WeightsFile, find_weights, numbered, read_checkpoint, take
 from capscore.backbones.sentence import SentenceEncoder, SentenceFeatures, load_sentence_encoder
 from capscore.errors import CapscoreError, param_error
-from capscore.backbones.extract import raw_image_vectors, raw_text_vectors
 from capscore.backbones.openai_ckpt import backbone_from_state_dict
+from capscore.embed.engine import Encoder
 
 from capscore.scores.citations import POLOS_CITATION as CITATION  # noqa: E402
 CLIP_PREFIX = "A photo depicts "  # PolosEstimator.forward, for candidates and references alike
@@ -295,6 +296,7 @@ def load_polos(weights_dir: str | Path | None, *, device: str = "cpu", dtype: st
     sentence = load_sentence_encoder(enc_sd, folder, where=str(path), device=device, dtype=dtype)
     if clip is None:
         clip = backbone_from_state_dict(clip_sd, spec=f"polos:{path}#clip", where=f"{path} (clip.*)").to(device, dtype)
+        clip.remember_weights_files([path], f"polos-clip|{dtype}")  # its hash (the cache key) read once per file
     return PolosModel(head, sentence, clip, str(path))
 
 
@@ -313,20 +315,23 @@ def index_references(refs: Sequence[Sequence[str]]) -> tuple[list[str], torch.Te
 def extract(sentence: SentenceEncoder, clip, images: Sequence, captions: Sequence[str],
             refs: Sequence[Sequence[str]], *, clip_prefix: str, batch_size: int = 64) -> Features:
     """Run the two extractors (shared by Polos and DENEB): each distinct image once, each distinct text
-    (candidate or reference) once per encoder."""
+    (candidate or reference) once per encoder. ``clip``: the CLIP tower (a Backbone) or an
+    :class:`~capscore.embed.engine.Encoder` of it (its cache, shared with the run's other metrics);
+    ``sentence``: a SentenceEncoder or a :class:`~capscore.embed.engine.CachedSentences` of one."""
     if not (len(images) == len(captions) == len(refs)):
         raise CapscoreError(f"{len(images)} images, {len(captions)} captions and {len(refs)} reference lists; "
                             "expected one of each per item")
     ref_texts, ref_index = index_references(refs)
     texts = list(dict.fromkeys(list(captions) + ref_texts))
     pos = {t: i for i, t in enumerate(texts)}
+    encoder = clip if isinstance(clip, Encoder) else Encoder(clip, batch_size=batch_size)
+    image = encoder.encode_images(list(images), raw=True)  # a bad image: InputError naming it, before any text
     sentences = sentence.encode(texts, batch_size=batch_size)
-    clip_texts = raw_text_vectors(clip, [clip_prefix + t for t in texts], batch_size=batch_size)
+    clip_texts = encoder.encode_texts([clip_prefix + t for t in texts], raw=True)
     cand_rows = torch.tensor([pos[t] for t in captions], dtype=torch.long)
     ref_rows = torch.tensor([pos[t] for t in ref_texts], dtype=torch.long)
     return Features(
-        cand=sentences.select(cand_rows), refs=sentences.select(ref_rows), ref_index=ref_index,
-        image=raw_image_vectors(clip, images, batch_size=batch_size),
+        cand=sentences.select(cand_rows), refs=sentences.select(ref_rows), ref_index=ref_index, image=image,
         cand_clip=clip_texts[cand_rows], ref_clip=clip_texts[ref_rows])
 
 
@@ -350,12 +355,15 @@ def run_head(head_fn, feats: Features, *, layer_norm: str, batch_size: int) -> l
 
 
 def score_polos(model: PolosModel, images: Sequence, captions: Sequence[str], refs: Sequence[Sequence[str]], *,
-                layer_norm: str = "sentence", batch_size: int = 32, encode_batch_size: int = 64) -> list[float]:
+                layer_norm: str = "sentence", batch_size: int = 32, encode_batch_size: int = 64,
+                clip=None, sentence=None) -> list[float]:
     """Polos for each (image, caption, references) item: features once for all items (encoders in batches
     of ``encode_batch_size``), then the head (in groups of ``batch_size`` for ``layer_norm="batch"``: the
-    authors' batch)."""
-    feats = extract(model.sentence, model.clip, images, captions, refs, clip_prefix=CLIP_PREFIX,
-                    batch_size=encode_batch_size)
+    authors' batch). ``clip``: an Encoder of ``model.clip`` or of a backbone giving the same vectors (the
+    run's; default: a new one in memory); ``sentence``: ``model.sentence`` through a cache
+    (:class:`capscore.embed.engine.CachedSentences`; default: ``model.sentence`` itself)."""
+    feats = extract(model.sentence if sentence is None else sentence, model.clip if clip is None else clip, images,
+                    captions, refs, clip_prefix=CLIP_PREFIX, batch_size=encode_batch_size)
     return run_head(lambda f, layer_norm: polos_head(f, model.head, layer_norm=layer_norm), feats,
                     layer_norm=layer_norm, batch_size=batch_size)
 
