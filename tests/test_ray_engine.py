@@ -254,9 +254,9 @@ def test_two_models_and_two_metrics_equal_single_process(tmp_path):
 
 def test_a_metric_with_its_own_models_beside_a_backbone_metric_equals_the_local_engine(tmp_path, monkeypatch):
     """polos (its own models: an actor pool of its own, after which the model's) and clip-s with scenes-tiny on
-    three shards — one with a sample whose image is missing under --skip-bad, one empty: each shard file holds
-    the local engine's rows in its order (polos, then clip-s), the summaries agree, and the driver loads no
-    model of polos (its actors do, from the weights folder the driver names)."""
+    three shards — one with a sample without an image and one whose image is not one, under --skip-bad, one
+    empty: each shard file holds the local engine's rows in its order (polos, then clip-s), the summaries
+    agree, and the driver loads no model of polos (its actors do, from the weights folder the driver names)."""
     import webdataset as wds
 
     import learned_weights as lw
@@ -268,10 +268,10 @@ def test_a_metric_with_its_own_models_beside_a_backbone_metric_equals_the_local_
     wdir = "w"
     items = samples(2, 3, seed=10)
     paths = write_webdataset(tmp_path / "shards", items)
-    with wds.TarWriter(str(paths[1])) as w:  # shard 1, sample 1: no image member
+    with wds.TarWriter(str(paths[1])) as w:  # shard 1: sample 1 without an image, sample 2 not an image
         for _, key, png, cap, refs in (it for it in items if it[0] == 1):
-            w.write({"__key__": key, **({} if key.endswith("1") else {"png": png}), "txt": cap,
-                     "json": {"refs": refs}})
+            image = {} if key.endswith("1") else {"png": b"garbage" if key.endswith("2") else png}
+            w.write({"__key__": key, **image, "txt": cap, "json": {"refs": refs}})
     paths.append(tmp_path / "shards" / "00002.tar")
     with wds.TarWriter(str(paths[2])):  # an empty shard
         pass
@@ -294,14 +294,16 @@ def test_a_metric_with_its_own_models_beside_a_backbone_metric_equals_the_local_
         assert_same_rows(got[n], local[n])
     assert local[names[2]] == got[names[2]] == []
     bad = [r for r in got[names[1]] if r["error"] is not None]
-    assert [(r["metric"], r["id"]) for r in bad] == [("polos", "000010001"), ("clip-s", "000010001")]
+    assert [(r["metric"], r["id"]) for r in bad] == [("polos", "000010001"), ("polos", "000010002"),
+                                                     ("clip-s", "000010001"), ("clip-s", "000010002")]
+    assert "00001.tar:000010002: " in bad[1]["error"]
     runs = [json.loads((tmp_path / d / "_summary.json").read_text())["runs"] for d in ("local", "ray")]
     for a, b in zip(*runs):
         assert (a["model"], a["metric"], a["count"], a["skipped"]) == (b["model"], b["metric"], b["count"],
                                                                          b["skipped"])
         assert abs(a["mean"] - b["mean"]) <= 1e-6
     assert [(r["model"], r["metric"], r["count"], r["skipped"]) for r in runs[1]] == [
-        (None, "polos", 5, 1), ("scenes-tiny", "clip-s", 5, 1)]
+        (None, "polos", 4, 2), ("scenes-tiny", "clip-s", 4, 2)]
 
 
 def test_a_checkpoint_its_actors_cannot_read_is_the_local_engines_one_line(tmp_path, capsys):

@@ -30,8 +30,8 @@ the CPU tasks). It loads no model of a metric with its own models: it checks
 that their released files are there (the formula's session with the option
 ``check_only``; :attr:`RayExecutor.loads_own_models`), and each of that slot's
 actors enters the session itself, loading the models once in its process on
-the job's device and dtype; that slot has no decode step (its formula reads the
-images) and scores with no encoder.
+the job's device and dtype; that slot has no decode step (its tower's encoder,
+or the judge's processor, reads the images).
 
 Who writes what, and exactly once. Rows never pass through the driver. An actor
 writes each (block, combo)'s rows as a *part file*
@@ -86,7 +86,7 @@ from capscore.errors import CapscoreError, InputError, param_error
 from capscore.data.images import ImageRef
 from capscore.data.records import Record
 from capscore.embed.cache import cache_key
-from capscore.embed.factory import Encoding, make_encoder
+from capscore.embed.factory import Encoding, make_encoder, tower_encoder
 from capscore.pipeline import Summary, load_encoders
 from capscore.report.writers import ShardFiles, load_json, parse_part, part_name, write_part
 from capscore.scores.metric import get_metric
@@ -169,8 +169,10 @@ def prepare_block(batch, *, backbone):
 
 class ScoreActor:
     """Actor of one slot of the run (:func:`slots`): for a model, one encoder (:func:`~capscore.embed.make_encoder`
-    of the job's Encoding), built once; for a metric that brings its own models, no encoder and the metric's
-    session entered once (its models loaded in this process, on the job's device and dtype). Scores blocks with
+    of the job's Encoding), built once; for a metric that brings its own models, the metric's session entered
+    once (its models loaded in this process, on the job's device and dtype) and, for a metric with its own
+    image tower (Polos, DENEB), that tower's encoder (:func:`~capscore.embed.factory.tower_encoder` on the
+    job's cache, as the single-process run makes it; it reads the images, so a bad one is an error row). Scores blocks with
     the job's :class:`~capscore.pipeline.Plan` (:func:`~capscore.pipeline.score_block`) for the slot's metrics
     (``metrics``: indices into the plan's), writes each (block, metric)'s rows as a part file of its shard
     (``m<slot>-k<metric>``) and returns a manifest row per part."""
@@ -190,21 +192,33 @@ class ScoreActor:
             else:  # the metric's own models, loaded here once (capscore.scores.learned.loaded: one per process)
                 for k in self.metrics:
                     name = plan.metrics[k]
-                    hook = getattr(get_metric(name).formula(plan.medium), "session", None)
+                    formula = get_metric(name).formula(plan.medium)
+                    hook = getattr(formula, "session", None)
                     if hook is not None:
                         self.sessions.enter_context(hook(None, plan.options[name]))
-        except CapscoreError as e:  # reported in the manifest: Ray keeps no cause of an actor's exception
+                    if hasattr(formula, "tower"):  # its own CLIP tower on the encoding engine, as in a local run
+                        self.encoder = tower_encoder(formula.tower(plan.options[name]), (),
+                                                     replace(encoding, workers=threads))
+        except CapscoreError as e:  # reported with the first block (__call__)
             self.failed = e
 
     def __call__(self, batch):
-        import torch  # noqa: PLC0415  (deferred: torch)
+        """The block's manifest; a CapscoreError (the actor could not start: a node without the weights; a
+        block that stops the run) is one manifest row whose error the driver raises: Ray passes an actor's
+        exception on without its cause, so its one line would be lost."""
+        try:
+            if self.failed is not None:
+                raise self.failed
+            return self._score(batch)
+        except CapscoreError as e:
+            return _manifest_table([_manifest(FAILED, self.slot, -1, -1, 0, error=str(e))])
 
-        if self.failed is not None:  # e.g. a node without the weights: the driver stops with its one line
-            return _manifest_table([_manifest(FAILED, self.slot, -1, -1, 0, error=str(self.failed))])
+    def _score(self, batch):
+        import torch  # noqa: PLC0415  (deferred: torch)
 
         cols = {c: batch.column(c).to_pylist() for c in ("shard", "pos", "end", "item", "key", "px")
                 if c in batch.column_names}  # no key/px for a metric with its own models: it reads the images
-        if self.encoder is not None:
+        if "px" in cols:
             have = [i for i, px in enumerate(cols["px"]) if px]
             self.encoder.encode_pixels(
                 [cols["key"][i] for i in have],
@@ -241,7 +255,7 @@ class ScoreActor:
 
 
 MANIFEST = ("shard", "model", "metric", "first", "n", "end", "state", "error")
-FAILED = -1  # the shard of a manifest row saying the actor could not start; its error stops the run
+FAILED = -1  # the shard of a manifest row carrying an actor's CapscoreError; its error stops the run
 
 
 def _manifest(shard, model, metric, first, n, *, end=-1, state="", error=None) -> tuple:
