@@ -29,6 +29,7 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 from capscore.errors import CapscoreError
 from capscore.scores.citations import DENEB_CITATION, EXPERT_CITATION, FLEUR_CITATION, POLOS_CITATION
@@ -47,6 +48,7 @@ JUDGE_ROWS = {"fleur": (FLEUR_CITATION, False), "reffleur": (FLEUR_CITATION, Tru
 
 _LOADED: dict[tuple, object] = {}
 _ENCODERS: dict[tuple, object] = {}
+_FITS: WeakKeyDictionary = WeakKeyDictionary()  # encoder -> {id(tower): whether it gives the tower's vectors}
 
 
 def weights_dir(given: str | os.PathLike | None = None) -> Path:
@@ -135,6 +137,22 @@ def loaded(kind: str, options: Mapping):
     return _LOADED[key]
 
 
+def tower_of(kind: str, options: Mapping, encoder=None):
+    """The encoder metric ``kind`` reads its CLIP tower's vectors through: ``encoder`` (a batch's: the run's
+    tower encoder) when its backbone gives the tower's vectors (:func:`~capscore.backbones.base.same_vectors`,
+    checked once per encoder), else :func:`own_encoder` — an encoder of another backbone handed by a face
+    (``score_batch(encoder, "polos", ...)``) never changes the metric's numbers."""
+    from capscore.backbones.base import same_vectors  # noqa: PLC0415  (deferred: torch)
+
+    tower = loaded(kind, options).clip
+    if encoder is None:
+        return own_encoder(kind, options)
+    fits = _FITS.setdefault(encoder, {})
+    if id(tower) not in fits:
+        fits[id(tower)] = same_vectors(encoder.backbone, tower)
+    return encoder if fits[id(tower)] else own_encoder(kind, options)
+
+
 def own_encoder(kind: str, options: Mapping):
     """An in-memory encoder of the loaded model's CLIP tower, one per model and process (for the faces that
     hand the formula no encoder)."""
@@ -186,7 +204,7 @@ class LearnedFormula:
         model = loaded(self.kind, batch.options)
         recs = batch.records
         fn = score_polos if self.kind == "polos" else score_deneb
-        clip = batch.encoder if batch.encoder is not None else own_encoder(self.kind, batch.options)
+        clip = tower_of(self.kind, batch.options, batch.encoder)
         return Values(fn(model, [r.image for r in recs], [r.caption for r in recs], [list(r.refs) for r in recs],
                          clip=clip, sentence=CachedSentences(model.sentence, clip.cache)))
 
@@ -239,4 +257,4 @@ def _register() -> None:  # torch-free: reading the registry's names imports no 
 _register()
 
 __all__ = ["JudgeFormula", "LearnedFormula", "OPTIONS", "WEIGHTS_ENV", "loaded", "missing", "own_encoder",
-           "weights_dir", "weights_files"]
+           "tower_of", "weights_dir", "weights_files"]
