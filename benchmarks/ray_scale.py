@@ -135,7 +135,7 @@ def write_costs(n: int = 20000, block: int = 256) -> dict:
             write_part(folder / part_name(0, 0, i, len(part), "parquet"), part, "parquet", columns)
         out["actor_part_write"] = (time.perf_counter() - t) / n
         t = time.perf_counter()
-        commit_shard(d, "s", "parquet", columns, 1, 1, {"items": n, "rows": n})
+        commit_shard(d, "s", "parquet", columns, [(0, 0)], {"items": n, "rows": n})
         out["commit_merge"] = (time.perf_counter() - t) / n
         out["driver_per_block"] = driver_block_cost(Path(d), columns)
     return out

@@ -40,7 +40,7 @@ def _variants(tmp_path):
         "pipeline.load_encoders": lambda: load_encoders(ScoreJob(InMemory(()), (MODEL,), ("clip-s",),
                                                                  encoding=memory))[MODEL],
         "api.get_encoder": lambda: get_encoder(MODEL),
-        "Ray score actor": lambda: ScoreActor(model=MODEL, model_index=0, encoding=memory, plan=None, threads=1,
+        "Ray score actor": lambda: ScoreActor(model=MODEL, slot=0, metrics=(), encoding=memory, plan=None, threads=1,
                                               pixel_shape=(3, 32, 32), out=str(tmp_path), fmt="parquet",
                                               names=()).encoder,
         "Ray probe worker": lambda: _EncodeWorker(spec=MODEL, encoding=replace(memory), threads=1).encoder,
@@ -131,7 +131,7 @@ def test_variants_share_the_encodings_defaults(tmp_path):
 
     assert isinstance(make_encoder("scenes-tiny", Encoding(cache_dir=str(tmp_path / "c"))).cache, EmbeddingCache)
     assert isinstance(make_encoder("scenes-tiny", Encoding(cache=False)).cache, MemoryCache)
-    actor = ScoreActor(model="scenes-tiny", model_index=0, encoding=Encoding(cache_dir=str(tmp_path / "c")),
+    actor = ScoreActor(model="scenes-tiny", slot=0, metrics=(), encoding=Encoding(cache_dir=str(tmp_path / "c")),
                        plan=None, threads=3, pixel_shape=(3, 8, 8), out=str(tmp_path), fmt="parquet", names=())
     assert isinstance(actor.encoder.cache, EmbeddingCache) and actor.encoder.workers == 3
     assert actor.encoder.cache.path == tmp_path / "c" / "embeddings.sqlite"
