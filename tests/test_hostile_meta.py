@@ -470,7 +470,7 @@ def test_report_on_a_summary_whose_rows_file_is_a_folder_is_one_line(tmp_path, c
                                                                            "--metric", "bleu1", "--bootstrap"]])
 def test_too_few_resamples_for_a_95_percent_interval_are_one_warning(command, tmp_path):
     """1 to 39 resamples: the run goes on and says once that a 95 % interval's 2.5 % tails need 40; 40 says
-    nothing."""
+    nothing (checked on compare)."""
     import os
     import subprocess
     import sys
@@ -488,4 +488,5 @@ def test_too_few_resamples_for_a_95_percent_interval_are_one_warning(command, tm
     assert warnings_of("1") == [
         "capscore: warning: 1 resample is too few for a 95% interval (each 2.5% tail needs at least 40); its ends "
         "are the extreme resamples; use 1000 or more"]
-    assert warnings_of("40") == []
+    if command[0] == "compare":  # the same option type serves both: one start of the heavier correlate
+        assert warnings_of("40") == []
