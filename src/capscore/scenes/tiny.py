@@ -13,7 +13,7 @@ architecture ``scenes-tiny``), and the JSON beside it is its training report and
   with that read-out. Its global cosine binds attributes to objects, which CLIP's class token does not;
   it is the model that meets the flip and retrieval targets of MODEL_CARD.md. ``scenes-tiny`` stays
   the default: a CLIP-like test bed whose global embedding does not bind, the premise of ABE-CLIP and
-  of the LGIP probes, and the model every replication in docs/replications.md measured;
+  of the LGIP probes, and the model every replication in docs/research/replications.md measured;
 
 ``scenes-tiny-v1``, the first model (64 px ViT, architecture ``scenes-tiny-v1``), is no longer shipped: its
 recipe rebuilds it (the registry's ``REBUILT`` says how); a rebuilt file loads with

@@ -89,7 +89,7 @@ class ContrastiveParams(CommonParams):
 # another image-caption pair in the batch", word-shuffled with ``shuffle_prob``); "controlled" is not in
 # the paper: d⁺ made false about the image (``Example.false_units``, scene examples only), the minimal
 # false fact that ``experiments/replicate.py`` evaluates SR_neg on -- a diagnostic of whether the paper's
-# negatives are what keeps SR_neg down in the miniature (docs/replications.md).
+# negatives are what keeps SR_neg down in the miniature (docs/research/replications.md).
 SPECS_NEGATIVES = ("batch", "controlled")
 
 
