@@ -11,6 +11,7 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import numpy as np
 import torch
@@ -289,6 +290,7 @@ class Backbone(ABC):
 
 
 _PROBE_TEXTS = ("A photo depicts a red bus, parked; two dogs!", "x")
+_PROBED: WeakKeyDictionary = WeakKeyDictionary()  # a -> {b: whether the probe gave the same vectors}
 
 
 def same_vectors(a, b) -> bool:
@@ -296,8 +298,8 @@ def same_vectors(a, b) -> bool:
     cache) can serve both: the same width, context, padding rule and RGB order, device and dtype, the same
     weights (:attr:`Backbone.weights_digest`), and — which the weights alone do not settle (a QuickGELU and a
     GELU tower share one state dict; an image transform is not in it) — the same token ids, preprocessed
-    pixels and forward outputs on a probe image and two probe texts. Cheap facts first: a backbone of
-    another width or weights is told apart without building a lazy one."""
+    pixels and forward outputs on a probe image and two probe texts (once per pair of backbones). Cheap
+    facts first: a backbone of another width or weights is told apart without building a lazy one."""
     if a is b:
         return True
     facts = ("embed_dim", "context_length", "rgb_order", "pad_to_longest_exact")
@@ -305,6 +307,14 @@ def same_vectors(a, b) -> bool:
         return False
     if a.device != b.device or a.dtype != b.dtype or a.pad_id != b.pad_id:
         return False
+    probed = _PROBED.setdefault(a, WeakKeyDictionary())
+    if b not in probed:  # the facts above are read every call; the probe's forwards run once per pair
+        probed[b] = _probe(a, b)
+    return probed[b]
+
+
+def _probe(a, b) -> bool:
+    """Equal token ids, preprocessed pixels and forwards of ``a`` and ``b`` on a probe image and two texts."""
     grid = np.linspace(0, 255, 61 * 47 * 3).reshape(47, 61, 3)
     image = Image.fromarray(((grid * 7.3) % 256).astype(np.uint8))
     pa, pb = a.preprocess(image), b.preprocess(image)

@@ -150,7 +150,7 @@ def run_correlate(job: CorrelateJob, *, make_encoder: Callable | None = None, ds
             with hook(lambda: dataset_texts(ds), opts[m.name]):
                 pass
     encoding = _encoding(job)
-    store = open_cache(encoding) if len(text) < len(metrics) or any(hasattr(m.image, "tower") for m in text) else None
+    store = open_cache(encoding) if any(not text_only(m) or hasattr(m.image, "tower") for m in metrics) else None
 
     def tower(m):  # Polos's and DENEB's CLIP through the run's cache; the other metrics without a backbone: none
         return tower_encoder(m.image.tower(opts[m.name]), (), encoding, store=store) if hasattr(m.image, "tower") \

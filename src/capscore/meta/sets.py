@@ -21,15 +21,23 @@ class Rated:
 
 
 @dataclass(frozen=True)
-class RatingSet:
+class _Set:
+    """A loaded evaluation set: its name, where it came from, its items, what was skipped reading it, and
+    the parameters it was drawn with."""
+
     name: str
     source: str
-    items: tuple[Rated, ...]
+    items: tuple
     skipped: Mapping[str, int] = field(default_factory=dict)
     params: Mapping[str, object] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.items)
+
+
+@dataclass(frozen=True)
+class RatingSet(_Set):
+    """Captions with human scores (``items``: :class:`Rated`)."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +56,5 @@ class Pair:
 
 
 @dataclass(frozen=True)
-class PairSet:
-    name: str
-    source: str
-    items: tuple[Pair, ...]
-    skipped: Mapping[str, int] = field(default_factory=dict)
-    params: Mapping[str, object] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.items)
+class PairSet(_Set):
+    """Caption pairs with the humans' preference (``items``: :class:`Pair`)."""

@@ -29,7 +29,6 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from weakref import WeakKeyDictionary
 
 from capscore.errors import CapscoreError
 from capscore.scores.citations import DENEB_CITATION, EXPERT_CITATION, FLEUR_CITATION, POLOS_CITATION
@@ -48,7 +47,6 @@ JUDGE_ROWS = {"fleur": (FLEUR_CITATION, False), "reffleur": (FLEUR_CITATION, Tru
 
 _LOADED: dict[tuple, object] = {}
 _ENCODERS: dict[tuple, object] = {}
-_FITS: WeakKeyDictionary = WeakKeyDictionary()  # encoder -> {id(tower): whether it gives the tower's vectors}
 
 
 def weights_dir(given: str | os.PathLike | None = None) -> Path:
@@ -139,18 +137,14 @@ def loaded(kind: str, options: Mapping):
 
 def tower_of(kind: str, options: Mapping, encoder=None):
     """The encoder metric ``kind`` reads its CLIP tower's vectors through: ``encoder`` (a batch's: the run's
-    tower encoder) when its backbone gives the tower's vectors (:func:`~capscore.backbones.base.same_vectors`,
-    checked once per encoder), else :func:`own_encoder` — an encoder of another backbone handed by a face
+    tower encoder) when its backbone gives the tower's vectors (:func:`~capscore.backbones.base.same_vectors`),
+    else :func:`own_encoder` — an encoder of another backbone handed by a face
     (``score_batch(encoder, "polos", ...)``) never changes the metric's numbers."""
     from capscore.backbones.base import same_vectors  # noqa: PLC0415  (deferred: torch)
 
-    tower = loaded(kind, options).clip
-    if encoder is None:
-        return own_encoder(kind, options)
-    fits = _FITS.setdefault(encoder, {})
-    if id(tower) not in fits:
-        fits[id(tower)] = same_vectors(encoder.backbone, tower)
-    return encoder if fits[id(tower)] else own_encoder(kind, options)
+    if encoder is not None and same_vectors(encoder.backbone, loaded(kind, options).clip):
+        return encoder
+    return own_encoder(kind, options)
 
 
 def own_encoder(kind: str, options: Mapping):
@@ -174,20 +168,28 @@ def _ready(kind: str, options: Mapping) -> None:
         raise CapscoreError(line)
 
 
-class LearnedFormula:
-    """Polos or DENEB on a batch of records: its own extractors on the records' images and texts."""
+class _OwnModels:
+    """What the formulas of the metrics that bring their own models share: the metric's kind, its needs, and
+    the run's one load (:func:`_ready`) as the run-level session."""
 
-    columns: tuple[str, ...] = ()
-
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, needs: set):
         self.kind = kind
-        self.needs = frozenset({"weights", "refs"})
+        self.needs = frozenset(needs)
 
     @contextmanager
     def session(self, texts, options: Mapping) -> Iterator[None]:
         """The run's one load (before anything is scored: absent weights stop the run in one line)."""
         _ready(self.kind, options)
         yield
+
+
+class LearnedFormula(_OwnModels):
+    """Polos or DENEB on a batch of records: its own extractors on the records' images and texts."""
+
+    columns: tuple[str, ...] = ()
+
+    def __init__(self, kind: str):
+        super().__init__(kind, {"weights", "refs"})
 
     def describe(self, options: Mapping) -> str:
         return f"{self.kind} weights in {weights_dir(options.get('metric_weights'))}"
@@ -209,20 +211,14 @@ class LearnedFormula:
                          clip=clip, sentence=CachedSentences(model.sentence, clip.cache)))
 
 
-class JudgeFormula:
+class JudgeFormula(_OwnModels):
     """FLEUR, RefFLEUR or EXPERT: the judge's answer in the row (``answer``), its explanation when asked
     for (option ``explain``), NaN with the reason for an answer that cannot be read."""
 
     columns = ("answer", "explanation")
 
     def __init__(self, kind: str, needs_refs: bool):
-        self.kind = kind
-        self.needs = frozenset({"weights"} | ({"refs"} if needs_refs else set()))
-
-    @contextmanager
-    def session(self, texts, options: Mapping) -> Iterator[None]:
-        _ready(self.kind, options)
-        yield
+        super().__init__(kind, {"weights"} | ({"refs"} if needs_refs else set()))
 
     def describe(self, options: Mapping) -> str:
         return f"{self.kind} weights in {weights_dir(options.get('metric_weights')) / JUDGE_FOLDERS[self.kind]}"
